@@ -19,8 +19,11 @@
 #                           repeatable [VM_FILES, space separated]. For an ELF binary its shared
 #                           libraries (ldd) and the dynamic loader are copied too, paths kept.
 #                           A bare command name (e.g. `-f mdadm`) is looked up in PATH.
-#   -d, --disk IMAGE        attach a raw disk image as a virtio disk, repeatable [VM_DISKS].
-#                           In the guest $VM_DISKS lists their device nodes in the order given.
+#   -d, --disk IMAGE        attach a raw disk image as a virtio disk (/dev/vdX), repeatable
+#                           [VM_DISKS]. In the guest $VM_DISKS lists the device nodes of all
+#                           -d/-n disks in the order given (found by serial, not probe order).
+#   -n, --nvme-disk IMAGE   attach a raw disk image as an emulated NVMe drive (/dev/nvmeXn1,
+#                           model "QEMU NVMe Ctrl"), repeatable [VM_NVME_DISKS].
 #   -s, --scratch MIB       attach a fresh ext4 scratch disk of MIB MiB mounted at /scratch
 #                           [VM_SCRATCH_MB]; guest env VM_SCRATCH=/scratch.
 #   -o, --out DIR           copy the guest's /scratch/out back to host DIR after the run
@@ -62,11 +65,12 @@ skip() { echo "SKIP: run-in-vm: $*" >&2; exit 77; }
 log() { echo "run-in-vm: $*" >&2; }
 
 # ---------------------------------------------------------------- options
-split_list() { tr ', ' '\n\n' <<<"$1" | sed '/^$/d'; }
+split_list() { local l="${1//,/ }"; for w in $l; do echo "$w"; done; }
 MODULES=(); FILES=(); DISKS=(); ENVS=()
 [ -n "${VM_MODULES:-}" ] && mapfile -t MODULES < <(split_list "$VM_MODULES")
 [ -n "${VM_FILES:-}" ] && read -r -a FILES <<<"$VM_FILES"
 [ -n "${VM_DISKS:-}" ] && read -r -a DISKS <<<"$VM_DISKS"
+if [ -n "${VM_NVME_DISKS:-}" ]; then for d in ${VM_NVME_DISKS}; do DISKS+=("nvme:$d"); done; fi
 SCRATCH_MB="${VM_SCRATCH_MB:-0}"
 OUT_DIR="${VM_OUT:-}"
 MEM="${VM_MEM:-1024}"
@@ -81,7 +85,8 @@ while [ $# -gt 0 ]; do
   case "$1" in
     -m|--module) [ $# -ge 2 ] || die "$1 needs a value"; mapfile -t -O "${#MODULES[@]}" MODULES < <(split_list "$2"); shift 2 ;;
     -f|--file) [ $# -ge 2 ] || die "$1 needs a value"; FILES+=("$2"); shift 2 ;;
-    -d|--disk) [ $# -ge 2 ] || die "$1 needs a value"; DISKS+=("$2"); shift 2 ;;
+    -d|--disk) [ $# -ge 2 ] || die "$1 needs a value"; DISKS+=("virtio:$2"); shift 2 ;;
+    -n|--nvme-disk) [ $# -ge 2 ] || die "$1 needs a value"; DISKS+=("nvme:$2"); shift 2 ;;
     -s|--scratch) [ $# -ge 2 ] || die "$1 needs a value"; SCRATCH_MB="$2"; shift 2 ;;
     -o|--out) [ $# -ge 2 ] || die "$1 needs a value"; OUT_DIR="$2"; shift 2 ;;
     -e|--env) [ $# -ge 2 ] || die "$1 needs a value"; ENVS+=("$2"); shift 2 ;;
@@ -105,14 +110,18 @@ for n in "$MEM" "$SMP" "$TIMEOUT" "$SCRATCH_MB"; do
   [[ "$n" =~ ^[0-9]+$ ]] || die "not a number: $n"
 done
 for e in "${ENVS[@]}"; do [[ "$e" =~ ^[A-Za-z_][A-Za-z0-9_]*= ]] || die "bad --env $e (want K=V)"; done
-for d in "${DISKS[@]}"; do [ -f "$d" ] || [ -b "$d" ] || die "disk image $d not found"; done
+for i in "${!DISKS[@]}"; do
+  case "${DISKS[$i]}" in nvme:*|virtio:*) ;; *) DISKS[i]="virtio:${DISKS[$i]}" ;; esac
+  d="${DISKS[$i]#*:}"
+  [ -f "$d" ] || [ -b "$d" ] || die "disk image $d not found"
+done
 if [ -n "$OUT_DIR" ] && [ "$SCRATCH_MB" -eq 0 ]; then SCRATCH_MB=256; fi
 
 # ---------------------------------------------------------------- prerequisites
 find_kernel() {
   if [ -n "$KERNEL" ]; then [ -r "$KERNEL" ] && echo "$KERNEL"; return 0; fi
   local k v
-  for k in $(ls -1 /boot/vmlinuz-*-amd64 2>/dev/null | sort -rV); do
+  for k in $(printf '%s\n' /boot/vmlinuz-*-amd64 | sort -rV); do
     v="${k#/boot/vmlinuz-}"
     if [ -r "$k" ] && [ -f "/lib/modules/$v/modules.dep" ]; then echo "$k"; return 0; fi
   done
@@ -147,6 +156,7 @@ MODDIR="/lib/modules/$KVER"
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/run-in-vm.XXXXXX")"
 ROOT="$WORK/root"
 QEMU_PID_FILE="$WORK/qemu.pid"
+# shellcheck disable=SC2317  # called from the EXIT trap
 cleanup() {
   if [ -s "$QEMU_PID_FILE" ]; then
     local pid; pid="$(cat "$QEMU_PID_FILE")"
@@ -198,6 +208,15 @@ for spec in "${FILES[@]}"; do
     if is_elf "$src"; then copy_libs "$src"; fi
   fi
   COPIED_NAMES+=("$(basename "$dst")")
+  # Merged /usr (Debian 12): /usr/bin/bash is also reachable as /bin/bash on the host; mirror it.
+  case "$dst" in
+    /usr/bin/*|/usr/sbin/*) alt="${dst#/usr}" ;;
+    /bin/*|/sbin/*) alt="/usr$dst" ;;
+    *) alt="" ;;
+  esac
+  if [ -n "$alt" ] && [ ! -e "$ROOT$alt" ] && [ ! -L "$ROOT$alt" ]; then
+    mkdir -p "$ROOT$(dirname "$alt")"; ln -s "$dst" "$ROOT$alt"
+  fi
 done
 
 # ---------------------------------------------------------------- busybox and base system
@@ -222,7 +241,8 @@ printf 'root:x:0:\nnogroup:x:65534:\n' >"$ROOT/etc/group"
 
 # ---------------------------------------------------------------- kernel modules
 WANT_MODULES=()
-if [ "${#DISKS[@]}" -gt 0 ] || [ "$SCRATCH_MB" -gt 0 ]; then WANT_MODULES+=(virtio_pci virtio_blk); fi
+if [ "$SCRATCH_MB" -gt 0 ] || [[ " ${DISKS[*]} " == *" virtio:"* ]]; then WANT_MODULES+=(virtio_pci virtio_blk); fi
+[[ " ${DISKS[*]} " == *" nvme:"* ]] && WANT_MODULES+=(nvme)
 [ "$SCRATCH_MB" -gt 0 ] && WANT_MODULES+=(ext4)
 WANT_MODULES+=("${MODULES[@]}")
 : >"$ROOT/guest/modules.list"
@@ -277,6 +297,10 @@ mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev 2>/dev/null || mount -t tmpfs tmpfs /dev
 mkdir -p /dev/pts /dev/shm
+[ -e /dev/fd ] || ln -s /proc/self/fd /dev/fd
+[ -e /dev/stdin ] || ln -s /proc/self/fd/0 /dev/stdin
+[ -e /dev/stdout ] || ln -s /proc/self/fd/1 /dev/stdout
+[ -e /dev/stderr ] || ln -s /proc/self/fd/2 /dev/stderr
 mount -t devpts devpts /dev/pts
 mount -t tmpfs tmpfs /dev/shm
 mount -t tmpfs tmpfs /tmp
@@ -292,9 +316,11 @@ done </guest/modules.list
 wait_serial() {
   i=0
   while [ "$i" -lt 100 ]; do
-    for b in /sys/block/vd*; do
-      [ -e "$b/serial" ] || continue
-      if [ "$(cat "$b/serial")" = "$1" ]; then echo "/dev/${b##*/}"; return 0; fi
+    for b in /sys/block/vd* /sys/block/nvme*; do
+      s=""
+      if [ -r "$b/serial" ]; then s="$(cat "$b/serial")"; elif [ -r "$b/device/serial" ]; then s="$(cat "$b/device/serial")"; fi
+      s="$(echo $s)"
+      if [ "$s" = "$1" ]; then echo "/dev/${b##*/}"; return 0; fi
     done
     i=$((i + 1)); sleep 0.1
   done
@@ -338,9 +364,11 @@ chmod 0755 "$ROOT/init"
 # ---------------------------------------------------------------- disks
 QEMU_DISK_ARGS=()
 i=0
-for d in "${DISKS[@]}"; do
+for spec in "${DISKS[@]}"; do
+  d="${spec#*:}"
+  dev="virtio-blk-pci"; [ "${spec%%:*}" = nvme ] && dev="nvme"
   QEMU_DISK_ARGS+=(-drive "file=$d,if=none,id=vmdisk$i,format=raw,cache=unsafe"
-                   -device "virtio-blk-pci,drive=vmdisk$i,serial=vmdisk$i")
+                   -device "$dev,drive=vmdisk$i,serial=vmdisk$i")
   i=$((i + 1))
 done
 if [ "$SCRATCH_MB" -gt 0 ]; then

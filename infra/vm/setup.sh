@@ -8,7 +8,7 @@
 #   cpio              builds the initramfs archive
 #   kmod xz-utils zstd  modinfo (dependency lookup) and module decompression
 #   mdadm e2fsprogs xfsprogs  host tools copied into guests that build RAID arrays / filesystems
-#   shellcheck        lint of the bootstrap scripts (used by infra/tests/run.sh)
+#   [pkg shellcheck]  lints the bootstrap scripts (used by infra/tests/run.sh)
 #
 # Usage:  bash infra/vm/setup.sh            (as root, or with sudo available)
 # Env:    VM_SETUP_EXTRA="pkg1 pkg2"        extra packages to install in the same apt call
@@ -57,4 +57,4 @@ command -v qemu-system-x86_64 >/dev/null || { echo "setup.sh: qemu-system-x86_64
 [ -x /bin/busybox ] || { echo "setup.sh: /bin/busybox missing" >&2; ok=0; }
 compgen -G "/boot/vmlinuz-*-amd64" >/dev/null || { echo "setup.sh: no /boot/vmlinuz-*-amd64" >&2; ok=0; }
 [ "$ok" -eq 1 ] || exit 1
-echo "setup.sh: ready ($(basename "$(ls -1 /boot/vmlinuz-*-amd64 | sort -V | tail -1)"))"
+echo "setup.sh: ready ($(printf "%s\n" /boot/vmlinuz-*-amd64 | sort -V | tail -n 1))"
