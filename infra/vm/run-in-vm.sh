@@ -35,6 +35,7 @@
 #       --kernel PATH       kernel image, default newest /boot/vmlinuz-*-amd64 with modules
 #                           [VM_KERNEL]. Modules come from /lib/modules/<its version>.
 #       --append ARGS       extra kernel command-line arguments [VM_APPEND].
+#       --no-autoload       do not ship the on-demand module set (see below) [VM_AUTOLOAD=0].
 #       --keep              keep the work directory (initramfs, log) and print its path.
 #   -q, --quiet             do not echo the guest console (it is still in the log on failure).
 #   -h, --help              this text.
@@ -44,6 +45,10 @@
 # /dev/shm /tmp /run mounted; loopback up (127.0.0.1 and ::1); /etc/hosts, /etc/passwd,
 # /etc/group, /etc/nsswitch.conf present; PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:
 # /usr/bin:/sbin:/bin; HOME=/root; cwd /. Variables: VM_DISKS, VM_SCRATCH (if any), VM_GUEST=1.
+# On-demand modules: the kernel's own request_module() (e.g. tls asking for "gcm(aes)", ext4 for
+# crc32c) works in the guest: the host's kmod is installed as /sbin/modprobe with the modules.*
+# index files and every module under kernel/crypto, arch/x86/crypto and lib, so kTLS with
+# AES-GCM/ChaCha20-Poly1305 needs only `-m tls`. Modules outside that set must be named with -m.
 # The script runs with the interpreter of its shebang if that program exists in the guest
 # (copy /bin/bash in with -f to use bash), else with busybox sh. No network besides loopback.
 #
@@ -80,6 +85,7 @@ KERNEL="${VM_KERNEL:-}"
 APPEND="${VM_APPEND:-}"
 KEEP=0
 QUIET=0
+AUTOLOAD="${VM_AUTOLOAD:-1}"
 
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -96,6 +102,7 @@ while [ $# -gt 0 ]; do
     --kernel) [ $# -ge 2 ] || die "$1 needs a value"; KERNEL="$2"; shift 2 ;;
     --append) [ $# -ge 2 ] || die "$1 needs a value"; APPEND="$2"; shift 2 ;;
     --keep) KEEP=1; shift ;;
+    --no-autoload) AUTOLOAD=0; shift ;;
     -q|--quiet) QUIET=1; shift ;;
     -h|--help) usage; exit 0 ;;
     --) shift; break ;;
@@ -218,6 +225,21 @@ for spec in "${FILES[@]}"; do
     mkdir -p "$ROOT$(dirname "$alt")"; ln -s "$dst" "$ROOT$alt"
   fi
 done
+
+# ---------------------------------------------------------------- on-demand module set
+KMOD="$(command -v kmod || true)"
+if [ "$AUTOLOAD" = 1 ] && [ -n "$KMOD" ]; then
+  copy_one "$KMOD" /usr/bin/kmod
+  copy_libs "$KMOD"
+  for l in /sbin/modprobe /usr/sbin/modprobe; do
+    mkdir -p "$ROOT$(dirname "$l")"; ln -sf /usr/bin/kmod "$ROOT$l"
+  done
+  mkdir -p "$ROOT$MODDIR"
+  cp "$MODDIR"/modules.* "$ROOT$MODDIR/"
+  for sub in kernel/crypto kernel/arch/x86/crypto kernel/lib; do
+    if [ -d "$MODDIR/$sub" ]; then mkdir -p "$ROOT$MODDIR/$sub"; cp -a "$MODDIR/$sub/." "$ROOT$MODDIR/$sub/"; fi
+  done
+fi
 
 # ---------------------------------------------------------------- busybox and base system
 cp /bin/busybox "$ROOT/bin/busybox"
@@ -414,6 +436,9 @@ if [ -n "$OUT_DIR" ]; then
   else
     log "warning: could not copy the guest's /scratch/out back to $OUT_DIR"
   fi
+fi
+if [ "$QUIET" -eq 1 ] && [ "$code" -ne 0 ]; then
+  log "guest exit code $code; last console lines:"; tail -n 40 "$LOGF" >&2
 fi
 [ "$QUIET" -eq 1 ] || log "guest exit code $code (VM ran ${elapsed}s)"
 exit "$code"
