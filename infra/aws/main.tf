@@ -1,0 +1,100 @@
+# corelog reference-run stack: two data nodes (leader + follower) and the load generators in one
+# cluster placement group, in one subnet of one AZ. See infra/README.md and docs/aws.md.
+
+data "aws_ec2_instance_type_offerings" "data" {
+  location_type = "availability-zone"
+
+  filter {
+    name   = "instance-type"
+    values = [var.data_node_instance_type]
+  }
+}
+
+data "aws_ec2_instance_type_offerings" "loadgen" {
+  location_type = "availability-zone"
+
+  filter {
+    name   = "instance-type"
+    values = [var.loadgen_instance_type]
+  }
+}
+
+# Used to check that the data node type has local NVMe instance storage.
+data "aws_ec2_instance_type" "data" {
+  instance_type = var.data_node_instance_type
+}
+
+# Latest Canonical Ubuntu 24.04 LTS (amd64, gp3 root) when ami_id is empty.
+data "aws_ami" "ubuntu" {
+  count       = var.ami_id == "" ? 1 : 0
+  most_recent = true
+  owners      = ["099720109477"] # Canonical
+
+  filter {
+    name   = "name"
+    values = ["ubuntu/images/hvm-ssd-gp3/ubuntu-noble-24.04-amd64-server-*"]
+  }
+
+  filter {
+    name   = "virtualization-type"
+    values = ["hvm"]
+  }
+
+  filter {
+    name   = "architecture"
+    values = ["x86_64"]
+  }
+}
+
+locals {
+  # Zones offering both instance types, by name; the first is used unless one is given.
+  candidate_azs = sort(tolist(setintersection(
+    toset(data.aws_ec2_instance_type_offerings.data.locations),
+    toset(data.aws_ec2_instance_type_offerings.loadgen.locations),
+  )))
+  availability_zone = var.availability_zone != "" ? var.availability_zone : try(local.candidate_azs[0], "")
+
+  ami_id = var.ami_id != "" ? var.ami_id : data.aws_ami.ubuntu[0].id
+
+  key_name = var.ssh_key_name != "" ? var.ssh_key_name : (var.ssh_public_key != "" ? aws_key_pair.this[0].key_name : null)
+
+  # Fixed private addresses for the data nodes, so their certificates can name them.
+  leader_ip   = cidrhost(var.subnet_cidr, 10)
+  follower_ip = cidrhost(var.subnet_cidr, 11)
+
+  replication_port_last = var.replication_port_base + var.max_shards - 1
+
+  # Git over SSH needs outbound TCP 22; https needs only 443.
+  git_over_ssh = can(regex("^(ssh://|git@)", var.corelog_git_url))
+}
+
+module "network" {
+  source = "./modules/network"
+
+  name_prefix       = var.name_prefix
+  vpc_cidr          = var.vpc_cidr
+  subnet_cidr       = var.subnet_cidr
+  availability_zone = local.availability_zone
+}
+
+module "pki" {
+  source = "./modules/pki"
+
+  name_prefix    = var.name_prefix
+  leader_ip      = local.leader_ip
+  follower_ip    = local.follower_ip
+  validity_hours = var.cert_validity_hours
+}
+
+resource "aws_key_pair" "this" {
+  count      = var.ssh_key_name == "" && var.ssh_public_key != "" ? 1 : 0
+  key_name   = "${var.name_prefix}-key"
+  public_key = var.ssh_public_key
+}
+
+# All nodes in one cluster placement group: the reference numbers assume a low-latency,
+# high-bandwidth network between clients, leader and follower.
+resource "aws_placement_group" "this" {
+  name     = "${var.name_prefix}-cluster"
+  strategy = "cluster"
+}
