@@ -1,0 +1,822 @@
+//! The wire protocol, sans-IO: bytes in → frames out, frames in → bytes out.
+//!
+//! Shared by the server, the client library, the load generator and the fuzz target.
+//! Nothing here touches a socket, a runtime or a clock. The byte layout is specified in
+//! `docs/protocol.md`; keep the two in step.
+//!
+//! Frame: `len: u32 LE` (bytes after this field) · `op: u8` · `req_id: u64 LE` · body.
+
+use std::fmt;
+
+/// Protocol version carried in `Hello` and `ReplHello`.
+pub const PROTOCOL_VERSION: u16 = 1;
+/// Magic in `Hello` / `ReplHello` bodies: lets a server reject a stray plaintext speaker.
+pub const HELLO_MAGIC: [u8; 4] = *b"CLOG";
+/// `len` field + op + req_id.
+pub const FRAME_HEADER_LEN: usize = 4 + 1 + 8;
+/// Largest payload of one appended event.
+pub const MAX_PAYLOAD: usize = 64 * 1024;
+/// Largest `max_bytes` a `Read` may ask for; a `Records` frame stays below `MAX_FRAME`.
+pub const MAX_READ_BYTES: u32 = 1024 * 1024;
+/// Largest replication batch body (records bytes).
+pub const MAX_REPL_BATCH_BYTES: usize = 2 * 1024 * 1024;
+/// Largest whole frame, header included. Anything announcing more is refused unread.
+pub const MAX_FRAME: usize = MAX_REPL_BATCH_BYTES + 64;
+
+/// Operation codes. Requests < 0x80 ≤ responses; replication frames 0x10..0x1F / 0x90..0x9F.
+pub mod op {
+    pub const HELLO: u8 = 0x01;
+    pub const APPEND: u8 = 0x02;
+    pub const READ: u8 = 0x03;
+    pub const TAIL: u8 = 0x04;
+    pub const REPL_HELLO: u8 = 0x10;
+    pub const REPL_ACK: u8 = 0x11;
+    pub const HELLO_OK: u8 = 0x81;
+    pub const APPENDED: u8 = 0x82;
+    pub const RECORDS: u8 = 0x83;
+    pub const REPL_WELCOME: u8 = 0x90;
+    pub const REPL_BATCH: u8 = 0x91;
+    pub const ERROR: u8 = 0xFF;
+}
+
+/// Error codes carried by `Response::Error`. Stable: documented in docs/protocol.md.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u16)]
+pub enum ErrorCode {
+    BadFrame = 1,
+    UnknownOpcode = 2,
+    TooLarge = 3,
+    BadVersion = 4,
+    NotLeader = 5,
+    NoSuchShard = 6,
+    OutOfRange = 7,
+    ReplicationTimeout = 8,
+    Overloaded = 9,
+    Fenced = 10,
+    ShuttingDown = 11,
+    Internal = 12,
+    BadHandshake = 13,
+    Unexpected = 14,
+}
+
+impl ErrorCode {
+    pub fn from_u16(v: u16) -> Option<ErrorCode> {
+        use ErrorCode::*;
+        Some(match v {
+            1 => BadFrame,
+            2 => UnknownOpcode,
+            3 => TooLarge,
+            4 => BadVersion,
+            5 => NotLeader,
+            6 => NoSuchShard,
+            7 => OutOfRange,
+            8 => ReplicationTimeout,
+            9 => Overloaded,
+            10 => Fenced,
+            11 => ShuttingDown,
+            12 => Internal,
+            13 => BadHandshake,
+            14 => Unexpected,
+            _ => return None,
+        })
+    }
+}
+
+/// Why bytes could not be decoded. A decoding error always ends the connection (after
+/// an `Error` frame where the peer can still read one): the stream position is lost.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CodecError {
+    /// `len` smaller than op + req_id.
+    FrameTooShort(u32),
+    /// `len` larger than `MAX_FRAME`.
+    FrameTooLarge(u32),
+    UnknownOpcode(u8),
+    /// The body does not have the layout its opcode requires.
+    BadBody {
+        op: u8,
+        reason: &'static str,
+    },
+    PayloadTooLarge(usize),
+}
+
+impl CodecError {
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            CodecError::FrameTooShort(_) | CodecError::BadBody { .. } => ErrorCode::BadFrame,
+            CodecError::FrameTooLarge(_) | CodecError::PayloadTooLarge(_) => ErrorCode::TooLarge,
+            CodecError::UnknownOpcode(_) => ErrorCode::UnknownOpcode,
+        }
+    }
+}
+
+impl fmt::Display for CodecError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CodecError::FrameTooShort(n) => write!(f, "frame length {n} below minimum 9"),
+            CodecError::FrameTooLarge(n) => write!(f, "frame length {n} above maximum {MAX_FRAME}"),
+            CodecError::UnknownOpcode(o) => write!(f, "unknown opcode 0x{o:02x}"),
+            CodecError::BadBody { op, reason } => {
+                write!(f, "bad body for opcode 0x{op:02x}: {reason}")
+            }
+            CodecError::PayloadTooLarge(n) => {
+                write!(f, "payload of {n} bytes above maximum {MAX_PAYLOAD}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for CodecError {}
+
+/// A frame as cut from the byte stream; the body still borrows the input buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Frame<'a> {
+    pub op: u8,
+    pub req_id: u64,
+    pub body: &'a [u8],
+}
+
+/// Cuts one frame from the front of `buf`. `Ok(None)`: need more bytes.
+/// On success returns the frame and the number of bytes it used.
+pub fn decode_frame(buf: &[u8]) -> Result<Option<(Frame<'_>, usize)>, CodecError> {
+    if buf.len() < 4 {
+        return Ok(None);
+    }
+    let len = u32::from_le_bytes(buf[0..4].try_into().unwrap());
+    if (len as usize) < FRAME_HEADER_LEN - 4 {
+        return Err(CodecError::FrameTooShort(len));
+    }
+    if len as usize > MAX_FRAME - 4 {
+        return Err(CodecError::FrameTooLarge(len));
+    }
+    let total = 4 + len as usize;
+    if buf.len() < total {
+        return Ok(None);
+    }
+    let op = buf[4];
+    let req_id = u64::from_le_bytes(buf[5..13].try_into().unwrap());
+    Ok(Some((
+        Frame {
+            op,
+            req_id,
+            body: &buf[13..total],
+        },
+        total,
+    )))
+}
+
+/// Starts a frame in `out`; returns the position of its length field for `finish_frame`.
+fn begin_frame(out: &mut Vec<u8>, op: u8, req_id: u64) -> usize {
+    let at = out.len();
+    out.extend_from_slice(&[0u8; 4]);
+    out.push(op);
+    out.extend_from_slice(&req_id.to_le_bytes());
+    at
+}
+
+fn finish_frame(out: &mut [u8], at: usize) {
+    let len = (out.len() - at - 4) as u32;
+    debug_assert!(
+        len as usize <= MAX_FRAME - 4,
+        "encoder built an oversized frame"
+    );
+    out[at..at + 4].copy_from_slice(&len.to_le_bytes());
+}
+
+/// Little-endian cursor over a body; every read is bounds-checked.
+struct Body<'a> {
+    op: u8,
+    rest: &'a [u8],
+}
+
+impl<'a> Body<'a> {
+    fn new(f: &Frame<'a>) -> Self {
+        Body {
+            op: f.op,
+            rest: f.body,
+        }
+    }
+    fn take(&mut self, n: usize) -> Result<&'a [u8], CodecError> {
+        if self.rest.len() < n {
+            return Err(CodecError::BadBody {
+                op: self.op,
+                reason: "body truncated",
+            });
+        }
+        let (a, b) = self.rest.split_at(n);
+        self.rest = b;
+        Ok(a)
+    }
+    fn u8(&mut self) -> Result<u8, CodecError> {
+        Ok(self.take(1)?[0])
+    }
+    fn u16(&mut self) -> Result<u16, CodecError> {
+        Ok(u16::from_le_bytes(self.take(2)?.try_into().unwrap()))
+    }
+    fn u32(&mut self) -> Result<u32, CodecError> {
+        Ok(u32::from_le_bytes(self.take(4)?.try_into().unwrap()))
+    }
+    fn u64(&mut self) -> Result<u64, CodecError> {
+        Ok(u64::from_le_bytes(self.take(8)?.try_into().unwrap()))
+    }
+    fn end(self) -> Result<(), CodecError> {
+        if self.rest.is_empty() {
+            Ok(())
+        } else {
+            Err(CodecError::BadBody {
+                op: self.op,
+                reason: "trailing bytes",
+            })
+        }
+    }
+    fn magic(&mut self) -> Result<(), CodecError> {
+        if self.take(4)? != HELLO_MAGIC {
+            return Err(CodecError::BadBody {
+                op: self.op,
+                reason: "bad magic",
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Client → server requests on the client port.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Request<'a> {
+    Hello {
+        version: u16,
+    },
+    Append {
+        payload: &'a [u8],
+    },
+    Read {
+        shard: u16,
+        from: u64,
+        max_bytes: u32,
+    },
+    Tail {
+        shard: u16,
+        from: u64,
+    },
+}
+
+impl<'a> Request<'a> {
+    pub fn parse(f: &Frame<'a>) -> Result<Request<'a>, CodecError> {
+        let mut b = Body::new(f);
+        let r = match f.op {
+            op::HELLO => {
+                b.magic()?;
+                Request::Hello { version: b.u16()? }
+            }
+            op::APPEND => {
+                if f.body.len() > MAX_PAYLOAD {
+                    return Err(CodecError::PayloadTooLarge(f.body.len()));
+                }
+                return Ok(Request::Append { payload: f.body });
+            }
+            op::READ => Request::Read {
+                shard: b.u16()?,
+                from: b.u64()?,
+                max_bytes: b.u32()?,
+            },
+            op::TAIL => Request::Tail {
+                shard: b.u16()?,
+                from: b.u64()?,
+            },
+            o => return Err(CodecError::UnknownOpcode(o)),
+        };
+        b.end()?;
+        Ok(r)
+    }
+
+    pub fn encode(&self, req_id: u64, out: &mut Vec<u8>) {
+        match self {
+            Request::Hello { version } => {
+                let at = begin_frame(out, op::HELLO, req_id);
+                out.extend_from_slice(&HELLO_MAGIC);
+                out.extend_from_slice(&version.to_le_bytes());
+                finish_frame(out, at);
+            }
+            Request::Append { payload } => encode_append(req_id, payload, out),
+            Request::Read {
+                shard,
+                from,
+                max_bytes,
+            } => {
+                let at = begin_frame(out, op::READ, req_id);
+                out.extend_from_slice(&shard.to_le_bytes());
+                out.extend_from_slice(&from.to_le_bytes());
+                out.extend_from_slice(&max_bytes.to_le_bytes());
+                finish_frame(out, at);
+            }
+            Request::Tail { shard, from } => {
+                let at = begin_frame(out, op::TAIL, req_id);
+                out.extend_from_slice(&shard.to_le_bytes());
+                out.extend_from_slice(&from.to_le_bytes());
+                finish_frame(out, at);
+            }
+        }
+    }
+}
+
+/// The hot-path encoder for appends (no enum construction).
+pub fn encode_append(req_id: u64, payload: &[u8], out: &mut Vec<u8>) {
+    assert!(payload.len() <= MAX_PAYLOAD, "payload above MAX_PAYLOAD");
+    let at = begin_frame(out, op::APPEND, req_id);
+    out.extend_from_slice(payload);
+    finish_frame(out, at);
+}
+
+/// The role a node reports in `HelloOk`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Role {
+    Leader = 1,
+    Follower = 2,
+    /// A former leader that saw a higher epoch: refuses appends until it rejoins.
+    Fenced = 3,
+}
+
+impl Role {
+    pub fn from_u8(v: u8) -> Option<Role> {
+        match v {
+            1 => Some(Role::Leader),
+            2 => Some(Role::Follower),
+            3 => Some(Role::Fenced),
+            _ => None,
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Leader => "leader",
+            Role::Follower => "follower",
+            Role::Fenced => "fenced",
+        }
+    }
+}
+
+/// Server → client responses, in request order per connection (tail pushes share the
+/// `req_id` of their `Tail`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Response<'a> {
+    HelloOk {
+        version: u16,
+        shard: u16,
+        shard_count: u16,
+        role: Role,
+        epoch: u32,
+    },
+    Appended {
+        shard: u16,
+        offset: u64,
+    },
+    /// `records` holds `count` records in the on-disk record encoding (see `record`).
+    Records {
+        shard: u16,
+        next_offset: u64,
+        count: u32,
+        records: &'a [u8],
+    },
+    Error {
+        code: u16,
+        message: &'a str,
+    },
+}
+
+impl<'a> Response<'a> {
+    pub fn parse(f: &Frame<'a>) -> Result<Response<'a>, CodecError> {
+        let mut b = Body::new(f);
+        let r = match f.op {
+            op::HELLO_OK => {
+                let version = b.u16()?;
+                let shard = b.u16()?;
+                let shard_count = b.u16()?;
+                let role = Role::from_u8(b.u8()?).ok_or(CodecError::BadBody {
+                    op: f.op,
+                    reason: "unknown role",
+                })?;
+                Response::HelloOk {
+                    version,
+                    shard,
+                    shard_count,
+                    role,
+                    epoch: b.u32()?,
+                }
+            }
+            op::APPENDED => Response::Appended {
+                shard: b.u16()?,
+                offset: b.u64()?,
+            },
+            op::RECORDS => {
+                let shard = b.u16()?;
+                let next_offset = b.u64()?;
+                let count = b.u32()?;
+                let records = b.rest;
+                return Ok(Response::Records {
+                    shard,
+                    next_offset,
+                    count,
+                    records,
+                });
+            }
+            op::ERROR => parse_error(&mut b)?,
+            o => return Err(CodecError::UnknownOpcode(o)),
+        };
+        b.end()?;
+        Ok(r)
+    }
+
+    pub fn encode(&self, req_id: u64, out: &mut Vec<u8>) {
+        match self {
+            Response::HelloOk {
+                version,
+                shard,
+                shard_count,
+                role,
+                epoch,
+            } => {
+                let at = begin_frame(out, op::HELLO_OK, req_id);
+                out.extend_from_slice(&version.to_le_bytes());
+                out.extend_from_slice(&shard.to_le_bytes());
+                out.extend_from_slice(&shard_count.to_le_bytes());
+                out.push(*role as u8);
+                out.extend_from_slice(&epoch.to_le_bytes());
+                finish_frame(out, at);
+            }
+            Response::Appended { shard, offset } => encode_appended(req_id, *shard, *offset, out),
+            Response::Records {
+                shard,
+                next_offset,
+                count,
+                records,
+            } => {
+                let at = begin_frame(out, op::RECORDS, req_id);
+                out.extend_from_slice(&shard.to_le_bytes());
+                out.extend_from_slice(&next_offset.to_le_bytes());
+                out.extend_from_slice(&count.to_le_bytes());
+                out.extend_from_slice(records);
+                finish_frame(out, at);
+            }
+            Response::Error { code, message } => encode_error(req_id, *code, message, out),
+        }
+    }
+}
+
+/// The hot-path encoder for append acknowledgements.
+pub fn encode_appended(req_id: u64, shard: u16, offset: u64, out: &mut Vec<u8>) {
+    let at = begin_frame(out, op::APPENDED, req_id);
+    out.extend_from_slice(&shard.to_le_bytes());
+    out.extend_from_slice(&offset.to_le_bytes());
+    finish_frame(out, at);
+}
+
+/// Error frame; the message is cut to 1 KiB on a char boundary.
+pub fn encode_error(req_id: u64, code: u16, message: &str, out: &mut Vec<u8>) {
+    let mut end = message.len().min(1024);
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    let msg = &message.as_bytes()[..end];
+    let at = begin_frame(out, op::ERROR, req_id);
+    out.extend_from_slice(&code.to_le_bytes());
+    out.extend_from_slice(&(msg.len() as u16).to_le_bytes());
+    out.extend_from_slice(msg);
+    finish_frame(out, at);
+}
+
+fn parse_error<'a, T>(b: &mut Body<'a>) -> Result<T, CodecError>
+where
+    T: From<(u16, &'a str)>,
+{
+    let code = b.u16()?;
+    let n = b.u16()? as usize;
+    let msg = std::str::from_utf8(b.take(n)?).map_err(|_| CodecError::BadBody {
+        op: op::ERROR,
+        reason: "message not UTF-8",
+    })?;
+    Ok(T::from((code, msg)))
+}
+
+impl<'a> From<(u16, &'a str)> for Response<'a> {
+    fn from((code, message): (u16, &'a str)) -> Self {
+        Response::Error { code, message }
+    }
+}
+
+impl<'a> From<(u16, &'a str)> for Repl<'a> {
+    fn from((code, message): (u16, &'a str)) -> Self {
+        Repl::Error { code, message }
+    }
+}
+
+/// Frames on the replication port (both directions).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Repl<'a> {
+    /// Follower → leader, first frame: who I am and where my log ends.
+    Hello {
+        version: u16,
+        shard: u16,
+        shard_count: u16,
+        /// The follower's current epoch.
+        epoch: u32,
+        /// The follower's next offset (everything below is durable there).
+        next_offset: u64,
+        /// Epoch of the follower's last record (0 when its log is empty).
+        last_epoch: u32,
+    },
+    /// Leader → follower: accepted. The follower must drop every record at or above
+    /// `truncate_to` (records the leader's history does not have), then `Ack` its end.
+    Welcome {
+        epoch: u32,
+        truncate_to: u64,
+    },
+    /// Leader → follower: records `first_offset ..` in the record encoding.
+    Batch {
+        epoch: u32,
+        first_offset: u64,
+        count: u32,
+        records: &'a [u8],
+    },
+    /// Follower → leader: everything below `next_offset` is durable here.
+    Ack {
+        next_offset: u64,
+    },
+    Error {
+        code: u16,
+        message: &'a str,
+    },
+}
+
+impl<'a> Repl<'a> {
+    pub fn parse(f: &Frame<'a>) -> Result<Repl<'a>, CodecError> {
+        let mut b = Body::new(f);
+        let r = match f.op {
+            op::REPL_HELLO => {
+                b.magic()?;
+                Repl::Hello {
+                    version: b.u16()?,
+                    shard: b.u16()?,
+                    shard_count: b.u16()?,
+                    epoch: b.u32()?,
+                    next_offset: b.u64()?,
+                    last_epoch: b.u32()?,
+                }
+            }
+            op::REPL_WELCOME => Repl::Welcome {
+                epoch: b.u32()?,
+                truncate_to: b.u64()?,
+            },
+            op::REPL_BATCH => {
+                let epoch = b.u32()?;
+                let first_offset = b.u64()?;
+                let count = b.u32()?;
+                if b.rest.len() > MAX_REPL_BATCH_BYTES {
+                    return Err(CodecError::PayloadTooLarge(b.rest.len()));
+                }
+                return Ok(Repl::Batch {
+                    epoch,
+                    first_offset,
+                    count,
+                    records: b.rest,
+                });
+            }
+            op::REPL_ACK => Repl::Ack {
+                next_offset: b.u64()?,
+            },
+            op::ERROR => parse_error(&mut b)?,
+            o => return Err(CodecError::UnknownOpcode(o)),
+        };
+        b.end()?;
+        Ok(r)
+    }
+
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        match self {
+            Repl::Hello {
+                version,
+                shard,
+                shard_count,
+                epoch,
+                next_offset,
+                last_epoch,
+            } => {
+                let at = begin_frame(out, op::REPL_HELLO, 0);
+                out.extend_from_slice(&HELLO_MAGIC);
+                out.extend_from_slice(&version.to_le_bytes());
+                out.extend_from_slice(&shard.to_le_bytes());
+                out.extend_from_slice(&shard_count.to_le_bytes());
+                out.extend_from_slice(&epoch.to_le_bytes());
+                out.extend_from_slice(&next_offset.to_le_bytes());
+                out.extend_from_slice(&last_epoch.to_le_bytes());
+                finish_frame(out, at);
+            }
+            Repl::Welcome { epoch, truncate_to } => {
+                let at = begin_frame(out, op::REPL_WELCOME, 0);
+                out.extend_from_slice(&epoch.to_le_bytes());
+                out.extend_from_slice(&truncate_to.to_le_bytes());
+                finish_frame(out, at);
+            }
+            Repl::Batch {
+                epoch,
+                first_offset,
+                count,
+                records,
+            } => {
+                assert!(
+                    records.len() <= MAX_REPL_BATCH_BYTES,
+                    "replication batch too large"
+                );
+                let at = begin_frame(out, op::REPL_BATCH, 0);
+                out.extend_from_slice(&epoch.to_le_bytes());
+                out.extend_from_slice(&first_offset.to_le_bytes());
+                out.extend_from_slice(&count.to_le_bytes());
+                out.extend_from_slice(records);
+                finish_frame(out, at);
+            }
+            Repl::Ack { next_offset } => {
+                let at = begin_frame(out, op::REPL_ACK, 0);
+                out.extend_from_slice(&next_offset.to_le_bytes());
+                finish_frame(out, at);
+            }
+            Repl::Error { code, message } => encode_error(0, *code, message, out),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn roundtrip_req(r: Request<'_>) {
+        let mut out = Vec::new();
+        r.encode(7, &mut out);
+        let (f, used) = decode_frame(&out).unwrap().unwrap();
+        assert_eq!(used, out.len());
+        assert_eq!(f.req_id, 7);
+        assert_eq!(Request::parse(&f).unwrap(), r);
+        for cut in 0..out.len() {
+            assert_eq!(
+                decode_frame(&out[..cut]).unwrap(),
+                None,
+                "partial frame at {cut}"
+            );
+        }
+    }
+
+    #[test]
+    fn requests_roundtrip() {
+        roundtrip_req(Request::Hello {
+            version: PROTOCOL_VERSION,
+        });
+        roundtrip_req(Request::Append {
+            payload: b"Hello World",
+        });
+        roundtrip_req(Request::Append { payload: &[] });
+        roundtrip_req(Request::Read {
+            shard: 3,
+            from: 99,
+            max_bytes: 4096,
+        });
+        roundtrip_req(Request::Tail {
+            shard: 1,
+            from: u64::MAX,
+        });
+    }
+
+    #[test]
+    fn responses_roundtrip() {
+        let rs = [
+            Response::HelloOk {
+                version: 1,
+                shard: 2,
+                shard_count: 4,
+                role: Role::Follower,
+                epoch: 9,
+            },
+            Response::Appended {
+                shard: 1,
+                offset: 1 << 40,
+            },
+            Response::Records {
+                shard: 0,
+                next_offset: 5,
+                count: 0,
+                records: &[],
+            },
+            Response::Error {
+                code: ErrorCode::NotLeader as u16,
+                message: "127.0.0.1:9400",
+            },
+        ];
+        for r in rs {
+            let mut out = Vec::new();
+            r.encode(1, &mut out);
+            let (f, _) = decode_frame(&out).unwrap().unwrap();
+            assert_eq!(Response::parse(&f).unwrap(), r);
+        }
+    }
+
+    #[test]
+    fn repl_roundtrip() {
+        let rs = [
+            Repl::Hello {
+                version: 1,
+                shard: 0,
+                shard_count: 2,
+                epoch: 3,
+                next_offset: 10,
+                last_epoch: 2,
+            },
+            Repl::Welcome {
+                epoch: 3,
+                truncate_to: 8,
+            },
+            Repl::Batch {
+                epoch: 3,
+                first_offset: 10,
+                count: 1,
+                records: b"xyz",
+            },
+            Repl::Ack { next_offset: 11 },
+            Repl::Error {
+                code: 10,
+                message: "stale epoch",
+            },
+        ];
+        for r in rs {
+            let mut out = Vec::new();
+            r.encode(&mut out);
+            let (f, _) = decode_frame(&out).unwrap().unwrap();
+            assert_eq!(Repl::parse(&f).unwrap(), r);
+        }
+    }
+
+    #[test]
+    fn bad_input_is_an_error_not_a_panic() {
+        assert_eq!(
+            decode_frame(&[1, 0, 0, 0, 2]),
+            Err(CodecError::FrameTooShort(1))
+        );
+        let big = ((MAX_FRAME as u32) + 1).to_le_bytes();
+        assert!(matches!(
+            decode_frame(&big),
+            Err(CodecError::FrameTooLarge(_))
+        ));
+        let mut out = Vec::new();
+        Request::Read {
+            shard: 0,
+            from: 0,
+            max_bytes: 1,
+        }
+        .encode(0, &mut out);
+        out[4] = 0x7e;
+        let (f, _) = decode_frame(&out).unwrap().unwrap();
+        assert_eq!(Request::parse(&f), Err(CodecError::UnknownOpcode(0x7e)));
+        // Truncated body: announce a Read with one byte missing.
+        let mut out = Vec::new();
+        Request::Read {
+            shard: 0,
+            from: 0,
+            max_bytes: 1,
+        }
+        .encode(0, &mut out);
+        out.pop();
+        let len = (out.len() - 4) as u32;
+        out[0..4].copy_from_slice(&len.to_le_bytes());
+        let (f, _) = decode_frame(&out).unwrap().unwrap();
+        assert!(matches!(
+            Request::parse(&f),
+            Err(CodecError::BadBody { .. })
+        ));
+        // Oversized append payload.
+        let payload = vec![0u8; MAX_PAYLOAD + 1];
+        let mut out = Vec::new();
+        let at = begin_frame(&mut out, op::APPEND, 0);
+        out.extend_from_slice(&payload);
+        finish_frame(&mut out, at);
+        let (f, _) = decode_frame(&out).unwrap().unwrap();
+        assert_eq!(
+            Request::parse(&f),
+            Err(CodecError::PayloadTooLarge(MAX_PAYLOAD + 1))
+        );
+    }
+
+    #[test]
+    fn random_bytes_never_panic() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(42);
+        for _ in 0..20_000 {
+            let n = rng.gen_range(0..64);
+            let mut buf: Vec<u8> = (0..n).map(|_| rng.gen()).collect();
+            if n >= 4 && rng.gen_bool(0.7) {
+                let len = rng.gen_range(0..(n as u32));
+                buf[0..4].copy_from_slice(&len.to_le_bytes());
+            }
+            if let Ok(Some((f, used))) = decode_frame(&buf) {
+                assert!(used <= buf.len());
+                let _ = Request::parse(&f);
+                let _ = Response::parse(&f);
+                let _ = Repl::parse(&f);
+            }
+        }
+    }
+}

@@ -1,0 +1,14 @@
+//! corelog-client: the corelog wire protocol and an async client library.
+//!
+//! - [`codec`]: the sans-IO frame codec shared by server, client, load generator and fuzzer.
+//! - [`record`]: the record encoding (same bytes on disk, on the replication link and in reads).
+//! - [`tls`]: PEM loading and rustls configs.
+//! - [`Client`] / [`Tail`]: the tokio client an application uses.
+
+mod client;
+pub mod codec;
+pub mod record;
+pub mod tls;
+
+pub use client::{shard_addr, Client, ClientConfig, Error, Position, Record, ServerInfo, Tail};
+pub use codec::{ErrorCode, Role};

@@ -1,0 +1,96 @@
+//! Control plane: per-shard epoch files, the data-dir lock, offline promotion.
+//!
+//! The epoch of shard i lives in `<data-dir>/shard-<i>/epoch` (decimal, one line),
+//! replaced atomically (write temp, fsync, rename, fsync dir). A node never accepts
+//! replication or client writes from a lower epoch than the one on its disk.
+
+use std::fs::File;
+use std::io::Write;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+
+use crate::wal::recovery::sync_dir;
+
+/// Epoch of a fresh data directory.
+pub const INITIAL_EPOCH: u32 = 1;
+
+pub fn shard_dir(data_dir: &Path, shard: u16) -> PathBuf {
+    data_dir.join(format!("shard-{shard}"))
+}
+
+pub fn read_epoch(shard_dir: &Path) -> Result<u32, String> {
+    let p = shard_dir.join("epoch");
+    match std::fs::read_to_string(&p) {
+        Ok(s) => s
+            .trim()
+            .parse()
+            .map_err(|e| format!("bad epoch file {}: {e}", p.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(INITIAL_EPOCH),
+        Err(e) => Err(format!("read {}: {e}", p.display())),
+    }
+}
+
+pub fn write_epoch(shard_dir: &Path, epoch: u32) -> Result<(), String> {
+    let tmp = shard_dir.join("epoch.tmp");
+    let fin = shard_dir.join("epoch");
+    let r = (|| {
+        let mut f = File::create(&tmp)?;
+        writeln!(f, "{epoch}")?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, &fin)
+    })();
+    r.map_err(|e| format!("write {}: {e}", fin.display()))?;
+    sync_dir(shard_dir)
+}
+
+/// An exclusive lock on a shard directory, held for the life of the process.
+pub struct ShardLock {
+    _file: File,
+}
+
+pub fn lock_shard(shard_dir: &Path) -> Result<ShardLock, String> {
+    let p = shard_dir.join("LOCK");
+    let f = File::create(&p).map_err(|e| format!("create {}: {e}", p.display()))?;
+    // SAFETY: flock on a valid fd.
+    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        return Err(format!(
+            "{} is in use by another corelog process (lock {} held)",
+            shard_dir.display(),
+            p.display()
+        ));
+    }
+    Ok(ShardLock { _file: f })
+}
+
+/// Shard directories present under a data dir, sorted by id.
+pub fn list_shards(data_dir: &Path) -> Result<Vec<u16>, String> {
+    let rd =
+        std::fs::read_dir(data_dir).map_err(|e| format!("read {}: {e}", data_dir.display()))?;
+    let mut v: Vec<u16> = rd
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.strip_prefix("shard-")?.parse().ok())
+        .collect();
+    v.sort();
+    Ok(v)
+}
+
+/// Offline promotion: bumps every shard's epoch to one above the highest on disk.
+/// The node must be stopped (the shard locks are taken). Returns the new epoch.
+pub fn promote(data_dir: &Path) -> Result<u32, String> {
+    let shards = list_shards(data_dir)?;
+    if shards.is_empty() {
+        return Err(format!("{} holds no shard directory", data_dir.display()));
+    }
+    let mut locks = Vec::new();
+    let mut max = 0;
+    for s in &shards {
+        let d = shard_dir(data_dir, *s);
+        locks.push(lock_shard(&d)?);
+        max = max.max(read_epoch(&d)?);
+    }
+    let new = max + 1;
+    for s in &shards {
+        write_epoch(&shard_dir(data_dir, *s), new)?;
+    }
+    Ok(new)
+}

@@ -1,0 +1,27 @@
+//! corelog-server: the `corelog` binary's internals, also used by the load generator
+//! (the glommio TLS I/O) and the integration tests.
+//!
+//! Data plane: [`shard`] (admission, group commit, acks), [`wal`] (segments, batches,
+//! recovery), [`net`] (listeners, connections, TLS), [`replica`] (leader link, follower
+//! apply). Control plane: [`control`] (epochs, locks, promotion), [`node`] (start-up),
+//! plus [`certs`], [`inspect`], [`cli`], [`metrics`].
+
+pub mod certs;
+pub mod cli;
+pub mod control;
+pub mod inspect;
+pub mod metrics;
+pub mod net;
+pub mod node;
+pub mod quickstart;
+pub mod replica;
+pub mod shard;
+pub mod sync;
+pub mod wal;
+
+/// Stops the process on an unrecoverable error (fsync/write failure, corruption found
+/// while running): one clear line, non-zero exit, nothing acknowledged after it.
+pub fn fatal(msg: &str) -> ! {
+    eprintln!("corelog: FATAL: {msg}");
+    std::process::exit(70)
+}

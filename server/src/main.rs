@@ -1,0 +1,246 @@
+//! `corelog`: one binary for the server and its tools.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use corelog_server::cli::{self, ConnArgs};
+use corelog_server::node::{self, NodeRole, ServeConfig, TlsFiles};
+use corelog_server::{certs, control, inspect, quickstart};
+
+#[derive(Parser)]
+#[command(
+    name = "corelog",
+    version,
+    about = "Thread-per-core durable replicated event log"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run a node (one pinned executor per owned shard).
+    Serve(Box<ServeArgs>),
+    /// Write a development CA and leader/follower/client certificates (ECDSA P-256).
+    Certs {
+        #[arg(long)]
+        out: PathBuf,
+        /// Extra DNS names / IPs for the node certificates (localhost, 127.0.0.1 always).
+        #[arg(long = "name")]
+        names: Vec<String>,
+    },
+    /// Append events; prints `shard offset` per event. `-` reads one event per stdin line.
+    Append {
+        #[command(flatten)]
+        conn: ConnArgs,
+        #[arg(required = true)]
+        payloads: Vec<String>,
+    },
+    /// Read committed records of a shard: `offset<TAB>payload` per line.
+    Read {
+        #[command(flatten)]
+        conn: ConnArgs,
+        #[arg(long, default_value_t = 0)]
+        shard: u16,
+        #[arg(long, default_value_t = 0)]
+        from: u64,
+        #[arg(long, default_value_t = u64::MAX)]
+        limit: u64,
+        #[arg(long)]
+        hex: bool,
+    },
+    /// Follow a shard live from an offset.
+    Tail {
+        #[command(flatten)]
+        conn: ConnArgs,
+        #[arg(long, default_value_t = 0)]
+        shard: u16,
+        #[arg(long, default_value_t = 0)]
+        from: u64,
+        /// Stop after this many records.
+        #[arg(long)]
+        count: Option<u64>,
+        #[arg(long)]
+        hex: bool,
+    },
+    /// Verify a data directory offline (exit 0 sound, 1 torn tail, 2 corruption).
+    Inspect { data_dir: PathBuf },
+    /// Generate certs, start a leader and a follower, run a short load, print results.
+    Quickstart(quickstart::Args),
+    /// Control-plane operations.
+    Admin {
+        #[command(subcommand)]
+        cmd: AdminCmd,
+    },
+}
+
+#[derive(Subcommand)]
+enum AdminCmd {
+    /// Make a stopped follower's data dir the leader's: bump the epoch on every shard.
+    /// Then start it with `serve --role leader`.
+    Promote {
+        #[arg(long)]
+        data_dir: PathBuf,
+    },
+}
+
+#[derive(clap::Args)]
+struct ServeArgs {
+    #[arg(long)]
+    data_dir: PathBuf,
+    /// Client address; shard s also listens on port+1+s (its direct port).
+    #[arg(long, default_value = "127.0.0.1:9400")]
+    listen: SocketAddr,
+    #[arg(long, value_enum)]
+    role: NodeRole,
+    /// Total shards of the node (default: one per CPU). Leader and follower must agree.
+    #[arg(long)]
+    shard_count: Option<u16>,
+    /// Shards this process owns (default: all), e.g. `--shards 0,1`. Run several
+    /// processes with disjoint sets on one data dir and port to exceed the open-file limit.
+    #[arg(long, value_delimiter = ',')]
+    shards: Vec<u16>,
+    /// Alias of --shard-count for the common one-process case.
+    #[arg(long)]
+    cores: Option<u16>,
+    /// Replication base address: shard s listens on port+s.
+    #[arg(long)]
+    repl_listen: Option<SocketAddr>,
+    /// Leader only: the follower's replication base address.
+    #[arg(long)]
+    follower_addr: Option<SocketAddr>,
+    /// Leader only: name to verify in the follower's certificate.
+    #[arg(long, default_value = "localhost")]
+    follower_name: String,
+    /// Follower only: the leader's client address, returned with NotLeader.
+    #[arg(long)]
+    leader_addr: Option<String>,
+    #[arg(long)]
+    cert: Option<PathBuf>,
+    #[arg(long)]
+    key: Option<PathBuf>,
+    /// CA that client certificates must chain to.
+    #[arg(long)]
+    client_ca: Option<PathBuf>,
+    /// Replication certificate/key/CA (default: the client-port ones).
+    #[arg(long)]
+    repl_cert: Option<PathBuf>,
+    #[arg(long)]
+    repl_key: Option<PathBuf>,
+    #[arg(long)]
+    repl_ca: Option<PathBuf>,
+    /// Plaintext on every port. Never in production.
+    #[arg(long)]
+    insecure: bool,
+    /// Serve Prometheus /metrics and /health here.
+    #[arg(long)]
+    metrics_listen: Option<SocketAddr>,
+    /// Segment file size (preallocated).
+    #[arg(long, default_value_t = 256 * 1024 * 1024)]
+    segment_bytes: u64,
+    /// Fail an append not confirmed by the follower within this many milliseconds.
+    #[arg(long, default_value_t = 10_000)]
+    ack_timeout_ms: u64,
+    /// io_uring registered buffer memory per executor (memlock is 8 MiB per user here).
+    #[arg(long, default_value_t = 512 * 1024)]
+    io_memory: usize,
+}
+
+fn serve_config(a: ServeArgs) -> Result<ServeConfig, String> {
+    let ncpu = std::thread::available_parallelism()
+        .map(|n| n.get() as u16)
+        .unwrap_or(1);
+    let shard_count = a.shard_count.or(a.cores).unwrap_or(ncpu);
+    let shards = if a.shards.is_empty() {
+        (0..shard_count).collect()
+    } else {
+        a.shards
+    };
+    let tls = match (a.insecure, a.cert, a.key, a.client_ca) {
+        (true, None, None, None) => None,
+        (true, ..) => {
+            return Err("--insecure cannot be combined with --cert/--key/--client-ca".into())
+        }
+        (false, Some(cert), Some(key), Some(ca)) => Some(TlsFiles { cert, key, ca }),
+        (false, ..) => {
+            return Err(
+                "mTLS needs --cert, --key and --client-ca (or --insecure for plaintext)".into(),
+            )
+        }
+    };
+    let repl_tls = match (&tls, a.repl_cert, a.repl_key, a.repl_ca) {
+        (_, None, None, None) => None,
+        (Some(_), Some(cert), Some(key), Some(ca)) => Some(TlsFiles { cert, key, ca }),
+        (None, ..) => {
+            return Err(
+                "--repl-cert/--repl-key/--repl-ca cannot be combined with --insecure".into(),
+            )
+        }
+        _ => return Err("--repl-cert, --repl-key and --repl-ca go together".into()),
+    };
+    if a.segment_bytes % 4096 != 0 || a.segment_bytes < 4 * 1024 * 1024 {
+        return Err("--segment-bytes must be a multiple of 4096 and at least 4 MiB".into());
+    }
+    Ok(ServeConfig {
+        data_dir: a.data_dir,
+        listen: a.listen,
+        shard_count,
+        shards,
+        role: a.role,
+        repl_listen: a.repl_listen,
+        follower_addr: a.follower_addr,
+        follower_name: a.follower_name,
+        leader_addr: a.leader_addr,
+        tls,
+        repl_tls,
+        metrics_listen: a.metrics_listen,
+        segment_bytes: a.segment_bytes,
+        ack_timeout: Duration::from_millis(a.ack_timeout_ms),
+        io_memory: a.io_memory,
+    })
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let r: Result<(), String> = match cli.cmd {
+        Cmd::Serve(a) => serve_config(*a).and_then(node::serve),
+        Cmd::Certs { out, names } => certs::generate(&out, &names).map(|_| {
+            println!(
+                "wrote CA, server, follower and client certificates to {}",
+                out.display()
+            )
+        }),
+        Cmd::Append { conn, payloads } => cli::append(&conn, &payloads),
+        Cmd::Read {
+            conn,
+            shard,
+            from,
+            limit,
+            hex,
+        } => cli::read(&conn, shard, from, limit, hex),
+        Cmd::Tail {
+            conn,
+            shard,
+            from,
+            count,
+            hex,
+        } => cli::tail(&conn, shard, from, count, hex),
+        Cmd::Inspect { data_dir } => std::process::exit(inspect::run(&data_dir)),
+        Cmd::Quickstart(a) => quickstart::run(a),
+        Cmd::Admin {
+            cmd: AdminCmd::Promote { data_dir },
+        } => control::promote(&data_dir).map(|e| {
+            println!(
+                "promoted {}: epoch {e}; start it with `corelog serve --role leader`",
+                data_dir.display()
+            )
+        }),
+    };
+    if let Err(e) = r {
+        eprintln!("corelog: error: {e}");
+        std::process::exit(1);
+    }
+}

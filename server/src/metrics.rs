@@ -1,0 +1,104 @@
+//! Prometheus metrics: handles created once per shard (a `shard` label), so the hot path
+//! only touches uncontended atomics; `/metrics` and `/health` served by a small thread.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{SocketAddr, TcpListener};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use metrics::{counter, gauge, histogram, Counter, Gauge, Histogram};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+
+#[derive(Clone)]
+pub struct ShardMetrics {
+    pub appends: Counter,
+    pub bytes: Counter,
+    pub batches: Counter,
+    pub errors: Counter,
+    pub batch_records: Histogram,
+    pub fsync_seconds: Histogram,
+    pub connections: Gauge,
+    pub durable_offset: Gauge,
+    pub replication_lag: Gauge,
+    pub ktls_active: Gauge,
+    pub tls_failures: Counter,
+}
+
+impl ShardMetrics {
+    pub fn new(shard: u16) -> ShardMetrics {
+        let s = shard.to_string();
+        ShardMetrics {
+            appends: counter!("corelog_appends_total", "shard" => s.clone()),
+            bytes: counter!("corelog_append_bytes_total", "shard" => s.clone()),
+            batches: counter!("corelog_batches_total", "shard" => s.clone()),
+            errors: counter!("corelog_append_errors_total", "shard" => s.clone()),
+            batch_records: histogram!("corelog_batch_records", "shard" => s.clone()),
+            fsync_seconds: histogram!("corelog_fsync_seconds", "shard" => s.clone()),
+            connections: gauge!("corelog_connections", "shard" => s.clone()),
+            durable_offset: gauge!("corelog_committed_offset", "shard" => s.clone()),
+            replication_lag: gauge!("corelog_replication_lag_records", "shard" => s.clone()),
+            ktls_active: gauge!("corelog_ktls_active", "shard" => s.clone()),
+            tls_failures: counter!("corelog_tls_handshake_failures_total", "shard" => s),
+        }
+    }
+}
+
+/// Installs the recorder. Call once, before any executor starts.
+pub fn install() -> PrometheusHandle {
+    PrometheusBuilder::new()
+        .set_buckets_for_metric(
+            metrics_exporter_prometheus::Matcher::Full("corelog_fsync_seconds".into()),
+            &[
+                50e-6, 100e-6, 150e-6, 200e-6, 300e-6, 500e-6, 1e-3, 2e-3, 5e-3, 10e-3, 50e-3,
+            ],
+        )
+        .and_then(|b| {
+            b.set_buckets_for_metric(
+                metrics_exporter_prometheus::Matcher::Full("corelog_batch_records".into()),
+                &[
+                    1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 4096.0,
+                    16384.0,
+                ],
+            )
+        })
+        .expect("static bucket lists are valid")
+        .install_recorder()
+        .expect("metrics recorder installed once")
+}
+
+/// Serves `GET /metrics` and `GET /health` (200 once `ready` is set, 503 before).
+pub fn serve(
+    addr: SocketAddr,
+    handle: PrometheusHandle,
+    ready: Arc<AtomicBool>,
+) -> std::io::Result<SocketAddr> {
+    let l = TcpListener::bind(addr)?;
+    let local = l.local_addr()?;
+    std::thread::Builder::new().name("metrics-http".into()).spawn(move || {
+        for s in l.incoming().flatten() {
+            let _ = s.set_read_timeout(Some(std::time::Duration::from_secs(5)));
+            let mut line = String::new();
+            let mut r = BufReader::new(&s);
+            if r.read_line(&mut line).is_err() {
+                continue;
+            }
+            // Drain headers (bounded).
+            for _ in 0..100 {
+                let mut h = String::new();
+                if r.read_line(&mut h).map(|n| n <= 2).unwrap_or(true) {
+                    break;
+                }
+            }
+            let path = line.split_whitespace().nth(1).unwrap_or("");
+            let (status, body) = match path {
+                "/metrics" => ("200 OK", handle.render()),
+                "/health" if ready.load(Ordering::Acquire) => ("200 OK", "ok\n".to_string()),
+                "/health" => ("503 Service Unavailable", "starting\n".to_string()),
+                _ => ("404 Not Found", "not found\n".to_string()),
+            };
+            let mut w = &s;
+            let _ = write!(w, "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
+        }
+    })?;
+    Ok(local)
+}

@@ -1,0 +1,221 @@
+//! One client connection: decode requests, hand appends to the shard, answer in order.
+//!
+//! Ordering: appends of one connection go to one shard and are acknowledged in offset
+//! order, so their answers leave in request order. A `Read` waits until the
+//! connection's earlier appends are answered (a barrier) so its answer cannot overtake
+//! them. A `Tail` turns the connection into a push stream: nothing may follow it.
+//! Any malformed frame gets an `Error` frame and the connection is closed.
+
+use std::rc::Rc;
+
+use corelog_client::codec::{self, decode_frame, ErrorCode, Request, Response, PROTOCOL_VERSION};
+use glommio::net::TcpStream;
+
+use super::tls_io::{self, Writer};
+use crate::shard::{ConnOut, Shard};
+
+/// Appends one connection may have unanswered before we stop reading from it.
+pub const MAX_INFLIGHT_PER_CONN: u32 = 1024;
+/// Encoded responses buffered for one connection before producers wait (tails, reads).
+pub const MAX_OUT_BYTES: usize = 2 * 1024 * 1024;
+/// Bytes per `Records` push on a tail.
+const TAIL_CHUNK: usize = 256 * 1024;
+
+pub async fn serve(shard: Rc<Shard>, sock: TcpStream, tls: Option<rustls::Connection>) {
+    let _ = sock.set_nodelay(true);
+    let (mut rd, wr) = match tls_io::establish(sock, tls).await {
+        Ok(x) => x,
+        Err(_) => {
+            shard.metrics.tls_failures.increment(1);
+            return;
+        }
+    };
+    shard.metrics.connections.increment(1.0);
+    let out = Rc::new(ConnOut::default());
+    let writer = glommio::spawn_local(write_loop(out.clone(), wr));
+    let result = read_loop(&shard, &mut rd, &out).await;
+    if let Err((code, msg, req_id)) = result {
+        out.push_error(req_id, code, &msg);
+    }
+    out.closed.set(true);
+    out.wake.notify();
+    writer.await;
+    shard.metrics.connections.decrement(1.0);
+}
+
+type Fail = (ErrorCode, String, u64);
+
+async fn read_loop(
+    shard: &Rc<Shard>,
+    rd: &mut tls_io::Reader,
+    out: &Rc<ConnOut>,
+) -> Result<(), Fail> {
+    let mut said_hello = false;
+    loop {
+        // Decode every whole frame in the buffer.
+        loop {
+            let (frame, used) = match decode_frame(rd.data()) {
+                Ok(Some(x)) => x,
+                Ok(None) => break,
+                Err(e) => return Err((e.code(), e.to_string(), 0)),
+            };
+            let req_id = frame.req_id;
+            let req = Request::parse(&frame).map_err(|e| (e.code(), e.to_string(), req_id))?;
+            if !said_hello && !matches!(req, Request::Hello { .. }) {
+                return Err((
+                    ErrorCode::BadHandshake,
+                    "first frame must be Hello".into(),
+                    req_id,
+                ));
+            }
+            match req {
+                Request::Hello { version } => {
+                    if version != PROTOCOL_VERSION {
+                        return Err((ErrorCode::BadVersion, format!("protocol version {version} unsupported; this server speaks {PROTOCOL_VERSION}"), req_id));
+                    }
+                    said_hello = true;
+                    let r = Response::HelloOk {
+                        version: PROTOCOL_VERSION,
+                        shard: shard.id(),
+                        shard_count: shard.cfg.shard_count,
+                        role: shard.role.get(),
+                        epoch: shard.epoch.get(),
+                    };
+                    r.encode(req_id, &mut out.buf.borrow_mut());
+                    out.wake.notify();
+                }
+                Request::Append { payload } => {
+                    while out.inflight.get() >= MAX_INFLIGHT_PER_CONN {
+                        out.drained.wait().await;
+                    }
+                    if let Err((code, msg)) = shard.append(payload, out, req_id).await {
+                        out.push_error(req_id, code, &msg);
+                    }
+                }
+                Request::Read {
+                    shard: s,
+                    from,
+                    max_bytes,
+                } => {
+                    check_shard(shard, s, req_id)?;
+                    while out.inflight.get() > 0 {
+                        out.drained.wait().await;
+                    }
+                    let max = max_bytes.min(codec::MAX_READ_BYTES) as usize;
+                    let (recs, count) = shard
+                        .log
+                        .read(from, shard.committed(), max)
+                        .await
+                        .map_err(|e| (ErrorCode::Internal, e.to_string(), req_id))?;
+                    let next = from.max(shard.log.first_offset()) + count as u64;
+                    Response::Records {
+                        shard: s,
+                        next_offset: next,
+                        count,
+                        records: &recs,
+                    }
+                    .encode(req_id, &mut out.buf.borrow_mut());
+                    out.wake.notify();
+                }
+                Request::Tail { shard: s, from } => {
+                    check_shard(shard, s, req_id)?;
+                    rd.consume(used);
+                    let t = glommio::spawn_local(tail(shard.clone(), out.clone(), from, req_id));
+                    // Anything after a Tail is a protocol error; a close ends the tail.
+                    let r = match rd.fill().await {
+                        Ok(true) => Err((
+                            ErrorCode::Unexpected,
+                            "no request may follow Tail".into(),
+                            req_id,
+                        )),
+                        _ => Ok(()),
+                    };
+                    out.closed.set(true);
+                    out.wake.notify();
+                    shard.durable_ev.notify();
+                    t.await;
+                    return r;
+                }
+            }
+            rd.consume(used);
+        }
+        match rd.fill().await {
+            Ok(true) => {}
+            Ok(false) | Err(_) => return Ok(()),
+        }
+    }
+}
+
+fn check_shard(shard: &Shard, s: u16, req_id: u64) -> Result<(), Fail> {
+    if s == shard.id() {
+        return Ok(());
+    }
+    let msg = if s < shard.cfg.shard_count {
+        format!("this connection is served by shard {}; shard {s} is served on its direct port (client port + 1 + {s})", shard.id())
+    } else {
+        format!(
+            "no shard {s}: the node has {} shard(s)",
+            shard.cfg.shard_count
+        )
+    };
+    Err((ErrorCode::NoSuchShard, msg, req_id))
+}
+
+/// Pushes committed records from `from` as they become durable, until the connection
+/// closes. Bounded by `MAX_OUT_BYTES` of unsent responses.
+async fn tail(shard: Rc<Shard>, out: Rc<ConnOut>, from: u64, req_id: u64) {
+    let mut at = from.max(shard.log.first_offset());
+    while !out.closed.get() {
+        if out.buf.borrow().len() >= MAX_OUT_BYTES {
+            out.drained.wait().await;
+            continue;
+        }
+        let end = shard.committed();
+        if at >= end {
+            shard.durable_ev.wait().await;
+            continue;
+        }
+        match shard.log.read(at, end, TAIL_CHUNK).await {
+            Ok((recs, count)) if count > 0 => {
+                at += count as u64;
+                Response::Records {
+                    shard: shard.id(),
+                    next_offset: at,
+                    count,
+                    records: &recs,
+                }
+                .encode(req_id, &mut out.buf.borrow_mut());
+                out.wake.notify();
+            }
+            Ok(_) => shard.durable_ev.wait().await,
+            Err(e) => {
+                out.push_error(req_id, ErrorCode::Internal, &e.to_string());
+                return;
+            }
+        }
+    }
+}
+
+/// Sends whatever responses accumulated, one write per wake-up, until closed.
+async fn write_loop(out: Rc<ConnOut>, mut wr: Writer) {
+    let mut pending = Vec::with_capacity(16 * 1024);
+    loop {
+        std::mem::swap(&mut pending, &mut *out.buf.borrow_mut());
+        if pending.is_empty() {
+            if out.closed.get() {
+                break;
+            }
+            out.drained.notify();
+            out.wake.wait().await;
+            continue;
+        }
+        if wr.write(&pending).await.is_err() {
+            out.closed.set(true);
+            out.drained.notify();
+            break;
+        }
+        pending.clear();
+        out.drained.notify();
+    }
+    wr.close().await;
+}

@@ -1,0 +1,245 @@
+//! `corelog serve`: one pinned glommio executor per owned shard. Each executor recovers
+//! its shard, then owns its log, commit loop, client connections (shared SO_REUSEPORT
+//! client port + its direct port), replication port and, on a leader, its link.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::Duration;
+
+use corelog_client::codec::Role;
+use glommio::{LocalExecutorBuilder, Placement};
+
+use crate::control;
+use crate::metrics::{self, ShardMetrics};
+use crate::net::{listener, tls};
+use crate::replica::{follower, leader};
+use crate::shard::{Shard, ShardConfig};
+use crate::wal::{self, recovery};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum NodeRole {
+    /// Accepts appends; acknowledges once durable here AND on the follower.
+    Leader,
+    /// Takes batches from the leader; serves reads and tails; refuses appends (NotLeader).
+    Follower,
+    /// One copy only: acknowledges on local durability. For development and baselines.
+    Standalone,
+}
+
+#[derive(Clone, Debug)]
+pub struct ServeConfig {
+    pub data_dir: PathBuf,
+    pub listen: SocketAddr,
+    pub shard_count: u16,
+    pub shards: Vec<u16>,
+    pub role: NodeRole,
+    pub repl_listen: Option<SocketAddr>,
+    pub follower_addr: Option<SocketAddr>,
+    pub follower_name: String,
+    pub leader_addr: Option<String>,
+    pub tls: Option<TlsFiles>,
+    pub repl_tls: Option<TlsFiles>,
+    pub metrics_listen: Option<SocketAddr>,
+    pub segment_bytes: u64,
+    pub ack_timeout: Duration,
+    pub io_memory: usize,
+}
+
+#[derive(Clone, Debug)]
+pub struct TlsFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub ca: PathBuf,
+}
+
+fn port_plus(addr: SocketAddr, n: u16) -> SocketAddr {
+    SocketAddr::new(addr.ip(), addr.port() + n)
+}
+
+/// Runs the node until the process is killed. Returns only on a start-up error.
+pub fn serve(cfg: ServeConfig) -> Result<(), String> {
+    if cfg.shards.is_empty() || cfg.shards.iter().any(|s| *s >= cfg.shard_count) {
+        return Err(format!(
+            "--shards {:?} must be non-empty and below --shard-count {}",
+            cfg.shards, cfg.shard_count
+        ));
+    }
+    if cfg.role != NodeRole::Standalone && cfg.repl_listen.is_none() {
+        return Err("--repl-listen is required for leader and follower roles".into());
+    }
+    if cfg.role == NodeRole::Leader && cfg.follower_addr.is_none() {
+        return Err(
+            "--follower-addr is required for a leader (use --role standalone for a single copy)"
+                .into(),
+        );
+    }
+    std::fs::create_dir_all(&cfg.data_dir)
+        .map_err(|e| format!("create {}: {e}", cfg.data_dir.display()))?;
+    wal::probe::check_direct_io(&cfg.data_dir)?;
+    let client_tls = match &cfg.tls {
+        Some(t) => Some(tls::server_config(&t.cert, &t.key, &t.ca)?),
+        None => None,
+    };
+    let repl_tls = cfg.repl_tls.as_ref().or(cfg.tls.as_ref());
+    let repl_server = match repl_tls {
+        Some(t) => Some(tls::server_config(&t.cert, &t.key, &t.ca)?),
+        None => None,
+    };
+    let repl_client = match repl_tls {
+        Some(t) => Some(Arc::new(corelog_client::tls::client_config(
+            &t.ca,
+            Some((&t.cert, &t.key)),
+        )?)),
+        None => None,
+    };
+    let ready = Arc::new(AtomicBool::new(false));
+    let handle = metrics::install();
+    let metrics_addr = match cfg.metrics_listen {
+        Some(a) => Some(
+            metrics::serve(a, handle, ready.clone())
+                .map_err(|e| format!("metrics listen {a}: {e}"))?,
+        ),
+        None => None,
+    };
+    let ncpu = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    let (tx, rx) = mpsc::channel::<Result<String, String>>();
+    let mut joins = Vec::new();
+    for &id in &cfg.shards {
+        let cfg = cfg.clone();
+        let tx = tx.clone();
+        let (client_tls, repl_server, repl_client) =
+            (client_tls.clone(), repl_server.clone(), repl_client.clone());
+        let ex = LocalExecutorBuilder::new(Placement::Fixed(id as usize % ncpu))
+            .name(&format!("shard-{id}"))
+            .io_memory(cfg.io_memory)
+            .spawn(move || async move {
+                match start_shard(id, &cfg, client_tls, repl_server, repl_client).await {
+                    Ok((shard, line)) => {
+                        let _ = tx.send(Ok(line));
+                        drop(tx);
+                        // The shard's tasks run until the process ends.
+                        std::future::pending::<()>().await;
+                        drop(shard);
+                    }
+                    Err(e) => {
+                        let _ = tx.send(Err(format!("shard {id}: {e}")));
+                    }
+                }
+            })
+            .map_err(|e| format!("start executor for shard {id}: {e}"))?;
+        joins.push(ex);
+    }
+    drop(tx);
+    for _ in &cfg.shards {
+        match rx.recv() {
+            Ok(Ok(line)) => eprintln!("corelog: {line}"),
+            Ok(Err(e)) => return Err(e),
+            Err(_) => return Err("an executor died during start-up".into()),
+        }
+    }
+    ready.store(true, Ordering::Release);
+    let tls_mode = if cfg.tls.is_some() {
+        "mTLS (userspace rustls; kernel TLS not active)"
+    } else {
+        "PLAINTEXT (--insecure)"
+    };
+    eprintln!(
+        "corelog: ready: role {:?}, shards {:?} of {}, clients on {} ({tls_mode}), metrics on {}",
+        cfg.role,
+        cfg.shards,
+        cfg.shard_count,
+        cfg.listen,
+        metrics_addr
+            .map(|a| a.to_string())
+            .unwrap_or_else(|| "(off)".into())
+    );
+    for j in joins {
+        let _ = j.join();
+    }
+    Ok(())
+}
+
+async fn start_shard(
+    id: u16,
+    cfg: &ServeConfig,
+    client_tls: Option<Arc<rustls::ServerConfig>>,
+    repl_server: Option<Arc<rustls::ServerConfig>>,
+    repl_client: Option<Arc<rustls::ClientConfig>>,
+) -> Result<(Rc<Shard>, String), String> {
+    let dir = control::shard_dir(&cfg.data_dir, id);
+    std::fs::create_dir_all(&dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
+    let lock = control::lock_shard(&dir)?;
+    std::mem::forget(lock); // held until the process exits
+    let scan = recovery::scan(id, &dir).map_err(|e| e.to_string())?;
+    if let Some(t) = &scan.torn {
+        let what = recovery::repair(t)?;
+        eprintln!("corelog: shard {id}: {what}");
+    }
+    let epoch = control::read_epoch(&dir)?;
+    let log = Rc::new(
+        wal::Log::open(&dir, &scan, cfg.segment_bytes)
+            .await
+            .map_err(|e| format!("open log: {e}"))?,
+    );
+    let role = match cfg.role {
+        NodeRole::Leader | NodeRole::Standalone => Role::Leader,
+        NodeRole::Follower => Role::Follower,
+    };
+    let scfg = ShardConfig {
+        id,
+        shard_count: cfg.shard_count,
+        standalone: cfg.role == NodeRole::Standalone,
+        ack_timeout: cfg.ack_timeout,
+        leader_addr: cfg.leader_addr.clone(),
+    };
+    let metrics = ShardMetrics::new(id);
+    metrics.ktls_active.set(0.0);
+    let shard = Shard::new(scfg, log, role, epoch, metrics);
+    glommio::spawn_local(shard.clone().commit_loop()).detach();
+    glommio::spawn_local(shard.clone().deadline_loop()).detach();
+    let shared =
+        listener::bind(cfg.listen, true).map_err(|e| format!("listen {}: {e}", cfg.listen))?;
+    let direct_addr = port_plus(cfg.listen, 1 + id);
+    let direct = listener::bind(direct_addr, false)
+        .map_err(|e| format!("listen {direct_addr} (direct port of shard {id}): {e}"))?;
+    glommio::spawn_local(listener::accept_clients(
+        shard.clone(),
+        shared,
+        client_tls.clone(),
+    ))
+    .detach();
+    glommio::spawn_local(listener::accept_clients(shard.clone(), direct, client_tls)).detach();
+    if let Some(base) = cfg.repl_listen {
+        let a = port_plus(base, id);
+        let l = listener::bind(a, false).map_err(|e| format!("replication listen {a}: {e}"))?;
+        glommio::spawn_local(follower::accept_loop(
+            shard.clone(),
+            l,
+            repl_server,
+            dir.clone(),
+        ))
+        .detach();
+    }
+    if cfg.role == NodeRole::Leader {
+        let peer = port_plus(cfg.follower_addr.expect("checked in serve"), id);
+        let link = leader::LinkConfig {
+            peer,
+            tls: repl_client,
+            server_name: cfg.follower_name.clone(),
+        };
+        glommio::spawn_local(leader::run(shard.clone(), link)).detach();
+    }
+    let line = format!(
+        "shard {id}: recovered {} records in {} segment(s), next offset {}, epoch {epoch}, direct port {}",
+        scan.records,
+        shard.log.segment_count(),
+        shard.log.next_offset(),
+        direct_addr.port()
+    );
+    Ok((shard, line))
+}

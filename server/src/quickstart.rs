@@ -1,0 +1,212 @@
+//! `corelog quickstart`: certificates in a temporary directory, a leader and a follower
+//! on loopback, a short closed-loop load from `corelog-loadgen`, the results table, a
+//! cross-check of both logs with `inspect`, then everything stopped (by pid).
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Closed-loop connections (each with one append in flight).
+    #[arg(long, default_value_t = 100)]
+    connections: u32,
+    /// Seconds of load.
+    #[arg(long, default_value_t = 5)]
+    seconds: u64,
+    /// Base port: leader clients on it, follower clients on +100, replication +200/+300,
+    /// metrics +400/+401.
+    #[arg(long, default_value_t = 19400)]
+    port: u16,
+    /// Keep the data here instead of a temporary directory.
+    #[arg(long)]
+    dir: Option<PathBuf>,
+}
+
+struct Proc {
+    name: &'static str,
+    child: Child,
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        eprintln!(
+            "quickstart: stopped {} (pid {})",
+            self.name,
+            self.child.id()
+        );
+    }
+}
+
+fn sibling(name: &str) -> Result<PathBuf, String> {
+    let me = std::env::current_exe().map_err(|e| e.to_string())?;
+    let p = me.with_file_name(name);
+    if p.exists() {
+        Ok(p)
+    } else {
+        Err(format!(
+            "{} not found next to {} (build the workspace: cargo build --release)",
+            name,
+            me.display()
+        ))
+    }
+}
+
+fn wait_healthy(port: u16, p: &mut Proc) -> Result<(), String> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        if let Ok(Some(st)) = p.child.try_wait() {
+            return Err(format!("{} exited during start-up: {st}", p.name));
+        }
+        if http_get(port, "/health")
+            .map(|r| r.starts_with("HTTP/1.1 200"))
+            .unwrap_or(false)
+        {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Err(format!("{} not healthy after 30 s", p.name))
+}
+
+pub fn http_get(port: u16, path: &str) -> std::io::Result<String> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port))?;
+    s.set_read_timeout(Some(Duration::from_secs(2)))?;
+    write!(s, "GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n")?;
+    let mut out = String::new();
+    s.read_to_string(&mut out)?;
+    Ok(out)
+}
+
+fn start(exe: &Path, name: &'static str, args: &[String], log: &Path) -> Result<Proc, String> {
+    let f = std::fs::File::create(log).map_err(|e| e.to_string())?;
+    let child = Command::new(exe)
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(f)
+        .spawn()
+        .map_err(|e| format!("start {name}: {e}"))?;
+    eprintln!(
+        "quickstart: started {name} (pid {}), log {}",
+        child.id(),
+        log.display()
+    );
+    Ok(Proc { name, child })
+}
+
+pub fn run(a: Args) -> Result<(), String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let loadgen = sibling("corelog-loadgen")?;
+    let (root, _keep) = match &a.dir {
+        Some(d) => (d.clone(), None),
+        None => {
+            let t = std::env::temp_dir().join(format!("corelog-quickstart-{}", std::process::id()));
+            (t.clone(), Some(t))
+        }
+    };
+    std::fs::create_dir_all(&root).map_err(|e| e.to_string())?;
+    let certs = root.join("certs");
+    crate::certs::generate(&certs, &[])?;
+    let c = |f: &str| certs.join(f).display().to_string();
+    let p = a.port;
+    let node =
+        |role: &str, dir: &str, listen: u16, repl: u16, metrics: u16, cert: &str| -> Vec<String> {
+            let mut v: Vec<String> = vec![
+                "serve".into(),
+                "--role".into(),
+                role.into(),
+                "--data-dir".into(),
+                root.join(dir).display().to_string(),
+                "--listen".into(),
+                format!("127.0.0.1:{listen}"),
+                "--repl-listen".into(),
+                format!("127.0.0.1:{repl}"),
+                "--metrics-listen".into(),
+                format!("127.0.0.1:{metrics}"),
+                "--cert".into(),
+                c(&format!("{cert}.pem")),
+                "--key".into(),
+                c(&format!("{cert}.key")),
+                "--client-ca".into(),
+                c("ca.pem"),
+                "--segment-bytes".into(),
+                (64u64 << 20).to_string(),
+            ];
+            if role == "leader" {
+                v.extend(["--follower-addr".into(), format!("127.0.0.1:{}", p + 300)]);
+            } else {
+                v.extend(["--leader-addr".into(), format!("127.0.0.1:{p}")]);
+            }
+            v
+        };
+    let mut follower = start(
+        &exe,
+        "follower",
+        &node(
+            "follower",
+            "follower",
+            p + 100,
+            p + 300,
+            p + 401,
+            "follower",
+        ),
+        &root.join("follower.log"),
+    )?;
+    let mut leader = start(
+        &exe,
+        "leader",
+        &node("leader", "leader", p, p + 200, p + 400, "server"),
+        &root.join("leader.log"),
+    )?;
+    wait_healthy(p + 401, &mut follower)?;
+    wait_healthy(p + 400, &mut leader)?;
+    println!("quickstart: leader on 127.0.0.1:{p}, follower on 127.0.0.1:{}, mTLS, running {} connections for {} s", p + 100, a.connections, a.seconds);
+    let st = Command::new(&loadgen)
+        .args([
+            "run",
+            "--target",
+            &format!("127.0.0.1:{p}"),
+            "--connections",
+            &a.connections.to_string(),
+            "--duration",
+            &format!("{}s", a.seconds),
+            "--ca",
+            &c("ca.pem"),
+            "--cert",
+            &c("client.pem"),
+            "--key",
+            &c("client.key"),
+        ])
+        .status()
+        .map_err(|e| format!("run {}: {e}", loadgen.display()))?;
+    let metrics = http_get(p + 400, "/metrics").unwrap_or_default();
+    let acked: f64 = metrics
+        .lines()
+        .filter(|l| l.starts_with("corelog_appends_total"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    drop(leader);
+    drop(follower);
+    if !st.success() {
+        return Err(format!("load generator failed: {st}"));
+    }
+    println!("quickstart: leader acknowledged {acked} appends in total (metrics)");
+    for (name, dir) in [("leader", "leader"), ("follower", "follower")] {
+        println!(
+            "quickstart: corelog inspect {} ({name}):",
+            root.join(dir).display()
+        );
+        let code = crate::inspect::run(&root.join(dir));
+        if code != 0 {
+            return Err(format!("inspect of the {name} log exited {code}"));
+        }
+    }
+    println!(
+        "quickstart: data, certificates and logs are in {}",
+        root.display()
+    );
+    Ok(())
+}

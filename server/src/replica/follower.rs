@@ -1,0 +1,259 @@
+//! The replication port of one shard (every node listens on it). A follower takes the
+//! leader's batches, verifies every record (CRC, gap-free offsets), writes them through
+//! the same group-commit path and acks its durable end. A leader that is dialled by a
+//! peer with a higher epoch is fenced; a peer with a lower epoch is refused.
+
+use std::cell::Cell;
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use corelog_client::codec::{ErrorCode, Repl, Role, PROTOCOL_VERSION};
+use corelog_client::record;
+use glommio::net::{TcpListener, TcpStream};
+
+use super::{next_frame, parse};
+use crate::control;
+use crate::net::tls;
+use crate::net::tls_io::{self, Writer};
+use crate::shard::Shard;
+
+pub async fn accept_loop(
+    shard: Rc<Shard>,
+    listener: TcpListener,
+    tls_cfg: Option<Arc<rustls::ServerConfig>>,
+    shard_dir: PathBuf,
+) {
+    // The newest leader connection wins; older ones stop applying.
+    let generation = Rc::new(Cell::new(0u64));
+    loop {
+        let sock = match listener.accept().await {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!(
+                    "corelog: shard {}: replication accept failed: {e}",
+                    shard.id()
+                );
+                glommio::timer::sleep(std::time::Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        generation.set(generation.get() + 1);
+        let (shard, g, dir) = (shard.clone(), generation.clone(), shard_dir.clone());
+        let t = tls::accept(&tls_cfg);
+        glommio::spawn_local(async move {
+            let peer = sock.peer_addr().map(|a| a.to_string()).unwrap_or_default();
+            if let Err(e) = serve(&shard, sock, t, &g, &dir).await {
+                eprintln!(
+                    "corelog: shard {}: replication from {peer}: {e}",
+                    shard.id()
+                );
+            }
+        })
+        .detach();
+    }
+}
+
+async fn refuse(wr: &mut Writer, code: ErrorCode, msg: String) -> String {
+    let mut out = Vec::new();
+    Repl::Error {
+        code: code as u16,
+        message: &msg,
+    }
+    .encode(&mut out);
+    let _ = wr.write(&out).await;
+    wr.close().await;
+    format!("refused ({code:?}): {msg}")
+}
+
+async fn serve(
+    shard: &Rc<Shard>,
+    sock: TcpStream,
+    t: Option<rustls::Connection>,
+    gen: &Rc<Cell<u64>>,
+    dir: &std::path::Path,
+) -> Result<(), String> {
+    let my_gen = gen.get();
+    let _ = sock.set_nodelay(true);
+    let (mut rd, mut wr) = tls_io::establish(sock, t).await.map_err(|e| {
+        shard.metrics.tls_failures.increment(1);
+        format!("TLS handshake failed: {e}")
+    })?;
+    let mut used = 0;
+    let leader_epoch = {
+        let f = next_frame(&mut rd, &mut used)
+            .await?
+            .ok_or("closed before Hello")?;
+        let Repl::Hello {
+            version,
+            shard: s,
+            shard_count,
+            epoch,
+            ..
+        } = parse(&f)?
+        else {
+            return Err(refuse(
+                &mut wr,
+                ErrorCode::BadHandshake,
+                "first frame must be Hello".into(),
+            )
+            .await);
+        };
+        if version != PROTOCOL_VERSION {
+            return Err(refuse(
+                &mut wr,
+                ErrorCode::BadVersion,
+                format!("replication protocol {version}, ours {PROTOCOL_VERSION}"),
+            )
+            .await);
+        }
+        if s != shard.id() || shard_count != shard.cfg.shard_count {
+            let msg = format!(
+                "peer shard {s}/{shard_count} does not match ours {}/{}",
+                shard.id(),
+                shard.cfg.shard_count
+            );
+            return Err(refuse(&mut wr, ErrorCode::BadHandshake, msg).await);
+        }
+        let mine = shard.epoch.get();
+        if epoch < mine {
+            return Err(refuse(
+                &mut wr,
+                ErrorCode::Fenced,
+                format!("stale epoch {epoch}: this node is at epoch {mine}"),
+            )
+            .await);
+        }
+        if shard.role.get() != Role::Follower {
+            if epoch > mine && shard.role.get() == Role::Leader {
+                eprintln!("corelog: shard {}: FENCED: a leader with epoch {epoch} > ours {mine} dialled us", shard.id());
+                shard.role.set(Role::Fenced);
+                shard.role_changed();
+            }
+            return Err(refuse(
+                &mut wr,
+                ErrorCode::Unexpected,
+                format!("this node is not a follower ({})", shard.role.get().name()),
+            )
+            .await);
+        }
+        epoch
+    };
+    // Report a settled end: wait for batches of an earlier connection to hit the disk.
+    while shard.assigned() != shard.log.next_offset() {
+        shard.durable_ev.wait().await;
+    }
+    let mut out = Vec::new();
+    Repl::Hello {
+        version: PROTOCOL_VERSION,
+        shard: shard.id(),
+        shard_count: shard.cfg.shard_count,
+        epoch: shard.epoch.get(),
+        next_offset: shard.log.next_offset(),
+        last_epoch: shard.log.last_epoch(),
+    }
+    .encode(&mut out);
+    wr.write(&out).await.map_err(|e| e.to_string())?;
+    {
+        let f = next_frame(&mut rd, &mut used)
+            .await?
+            .ok_or("closed before Welcome")?;
+        let Repl::Welcome { epoch, truncate_to } = parse(&f)? else {
+            return Err("expected Welcome".into());
+        };
+        if epoch != leader_epoch {
+            return Err(format!(
+                "Welcome epoch {epoch} differs from Hello epoch {leader_epoch}"
+            ));
+        }
+        if gen.get() != my_gen {
+            return Err("superseded by a newer leader connection".into());
+        }
+        if epoch > shard.epoch.get() {
+            control::write_epoch(dir, epoch)?;
+            shard.epoch.set(epoch);
+            eprintln!("corelog: shard {}: now at epoch {epoch}", shard.id());
+        }
+        if truncate_to < shard.log.next_offset() {
+            let before = shard.log.next_offset();
+            let end = shard.truncate(truncate_to).await.unwrap_or_else(|e| {
+                crate::fatal(&format!("shard {}: truncate failed: {e}", shard.id()))
+            });
+            eprintln!("corelog: shard {}: dropped records {end}..{before} the leader does not have (never acknowledged)", shard.id());
+        }
+    }
+    let start = shard.log.next_offset();
+    out.clear();
+    Repl::Ack { next_offset: start }.encode(&mut out);
+    wr.write(&out).await.map_err(|e| e.to_string())?;
+    eprintln!(
+        "corelog: shard {}: following leader at epoch {leader_epoch} from offset {start}",
+        shard.id()
+    );
+    let done = Rc::new(Cell::new(false));
+    let acker = glommio::spawn_local(ack_loop(shard.clone(), wr, start, done.clone()));
+    let r = apply(shard, &mut rd, &mut used, leader_epoch, gen, my_gen).await;
+    done.set(true);
+    shard.durable_ev.notify();
+    acker.await;
+    r
+}
+
+async fn apply(
+    shard: &Rc<Shard>,
+    rd: &mut tls_io::Reader,
+    used: &mut usize,
+    epoch: u32,
+    gen: &Cell<u64>,
+    my_gen: u64,
+) -> Result<(), String> {
+    loop {
+        let f = match next_frame(rd, used).await? {
+            Some(f) => f,
+            None => return Err("leader closed the link".into()),
+        };
+        let Repl::Batch {
+            epoch: be,
+            first_offset,
+            count,
+            records,
+        } = parse(&f)?
+        else {
+            return Err("expected Batch".into());
+        };
+        if be != epoch || gen.get() != my_gen || shard.role.get() != Role::Follower {
+            return Err(format!(
+                "stopping: batch epoch {be}, link epoch {epoch}, superseded {}",
+                gen.get() != my_gen
+            ));
+        }
+        if first_offset != shard.assigned() {
+            return Err(format!(
+                "batch at offset {first_offset} but our log continues at {}",
+                shard.assigned()
+            ));
+        }
+        record::verify_run(records, first_offset, count)
+            .map_err(|e| format!("corrupt batch at {first_offset}: {e}"))?;
+        shard.stage_replicated(first_offset, count, records).await;
+    }
+}
+
+/// Acks the durable end whenever it advances.
+async fn ack_loop(shard: Rc<Shard>, mut wr: Writer, mut acked: u64, done: Rc<Cell<bool>>) {
+    let mut out = Vec::with_capacity(32);
+    while !done.get() {
+        let end = shard.log.next_offset();
+        if end > acked {
+            out.clear();
+            Repl::Ack { next_offset: end }.encode(&mut out);
+            if wr.write(&out).await.is_err() {
+                break;
+            }
+            acked = end;
+            continue;
+        }
+        shard.durable_ev.wait().await;
+    }
+    wr.close().await;
+}

@@ -1,0 +1,262 @@
+//! Leader side of a shard pair: dial the follower, agree on where its log diverges,
+//! stream batches (live from memory, or catch-up from the segments), and take its acks.
+//! Memory stays bounded while the follower is slow or away: nothing is queued per
+//! follower; the link reads from `Shard::recent` (bounded) or from disk, at the pace
+//! of the socket.
+
+use std::cell::Cell;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use corelog_client::codec::{ErrorCode, Repl, Role, PROTOCOL_VERSION};
+use corelog_client::record;
+use glommio::net::TcpStream;
+
+use super::{next_frame, parse};
+use crate::net::tls;
+use crate::net::tls_io::{self, Writer};
+use crate::shard::Shard;
+
+/// Bytes per catch-up read from the segments.
+const CATCH_UP_CHUNK: usize = 1024 * 1024;
+
+pub struct LinkConfig {
+    pub peer: SocketAddr,
+    pub tls: Option<Arc<rustls::ClientConfig>>,
+    pub server_name: String,
+}
+
+/// Runs for the life of the shard; reconnects with a bounded back-off.
+pub async fn run(shard: Rc<Shard>, cfg: LinkConfig) {
+    let mut backoff = Duration::from_millis(50);
+    let mut last_err = String::new();
+    loop {
+        if shard.role.get() != Role::Leader {
+            return;
+        }
+        match link_once(&shard, &cfg).await {
+            Ok(()) => backoff = Duration::from_millis(50),
+            Err(e) => {
+                if e != last_err {
+                    eprintln!(
+                        "corelog: shard {}: replication to {}: {e}",
+                        shard.id(),
+                        cfg.peer
+                    );
+                    last_err = e;
+                }
+            }
+        }
+        shard.follower_next.set(0.max(shard.follower_next.get()));
+        glommio::timer::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_secs(1));
+    }
+}
+
+fn fence(shard: &Shard, why: &str) -> String {
+    eprintln!(
+        "corelog: shard {}: FENCED: {why}; refusing appends until restarted as follower",
+        shard.id()
+    );
+    shard.role.set(Role::Fenced);
+    shard.role_changed();
+    format!("fenced: {why}")
+}
+
+async fn link_once(shard: &Rc<Shard>, cfg: &LinkConfig) -> Result<(), String> {
+    let sock = TcpStream::connect_timeout(cfg.peer, Duration::from_secs(2))
+        .await
+        .map_err(|e| format!("connect: {e}"))?;
+    let _ = sock.set_nodelay(true);
+    let t = tls::connect(&cfg.tls, &cfg.server_name)?;
+    let (mut rd, mut wr) = tls_io::establish(sock, t)
+        .await
+        .map_err(|e| format!("TLS handshake: {e}"))?;
+    let epoch = shard.epoch.get();
+    let mut out = Vec::new();
+    Repl::Hello {
+        version: PROTOCOL_VERSION,
+        shard: shard.id(),
+        shard_count: shard.cfg.shard_count,
+        epoch,
+        next_offset: shard.log.next_offset(),
+        last_epoch: shard.log.last_epoch(),
+    }
+    .encode(&mut out);
+    wr.write(&out).await.map_err(|e| e.to_string())?;
+    let mut used = 0;
+    let (f_next, f_last_epoch) = {
+        let f = next_frame(&mut rd, &mut used)
+            .await?
+            .ok_or("follower closed during handshake")?;
+        match parse(&f)? {
+            Repl::Hello {
+                version,
+                shard: s,
+                shard_count,
+                epoch: fe,
+                next_offset,
+                last_epoch,
+            } => {
+                if version != PROTOCOL_VERSION
+                    || s != shard.id()
+                    || shard_count != shard.cfg.shard_count
+                {
+                    return Err(format!("follower mismatch: version {version}, shard {s}, shard count {shard_count}"));
+                }
+                if fe > epoch {
+                    return Err(fence(
+                        shard,
+                        &format!("follower has epoch {fe} > ours {epoch}"),
+                    ));
+                }
+                (next_offset, last_epoch)
+            }
+            Repl::Error { code, message } if code == ErrorCode::Fenced as u16 => {
+                return Err(fence(shard, message))
+            }
+            Repl::Error { code, message } => {
+                return Err(format!("follower refused: {code} {message}"))
+            }
+            _ => return Err("unexpected frame from follower during handshake".into()),
+        }
+    };
+    let truncate_to = f_next.min(shard.log.end_of_epoch(f_last_epoch));
+    out.clear();
+    Repl::Welcome { epoch, truncate_to }.encode(&mut out);
+    wr.write(&out).await.map_err(|e| e.to_string())?;
+    let start = {
+        let f = next_frame(&mut rd, &mut used)
+            .await?
+            .ok_or("follower closed during handshake")?;
+        match parse(&f)? {
+            Repl::Ack { next_offset } if next_offset <= truncate_to => next_offset,
+            other => {
+                return Err(format!(
+                    "expected Ack ≤ {truncate_to} after Welcome, got {other:?}"
+                ))
+            }
+        }
+    };
+    eprintln!(
+        "corelog: shard {}: follower {} connected at offset {start} (leader at {}), epoch {epoch}",
+        shard.id(),
+        cfg.peer,
+        shard.log.next_offset()
+    );
+    shard.follower_next.set(start);
+    shard.release();
+    let dead = Rc::new(Cell::new(false));
+    let acks = {
+        let shard = shard.clone();
+        let dead = dead.clone();
+        glommio::spawn_local(async move {
+            let mut used = used;
+            let r: Result<(), String> = async {
+                loop {
+                    let f = next_frame(&mut rd, &mut used)
+                        .await?
+                        .ok_or("follower closed")?;
+                    match parse(&f)? {
+                        Repl::Ack { next_offset } => {
+                            if next_offset > shard.follower_next.get() {
+                                shard.follower_next.set(next_offset);
+                                shard.release();
+                            }
+                        }
+                        Repl::Error { code, message } if code == ErrorCode::Fenced as u16 => {
+                            return Err(fence(&shard, message))
+                        }
+                        Repl::Error { code, message } => {
+                            return Err(format!("follower error {code}: {message}"))
+                        }
+                        other => return Err(format!("unexpected frame from follower: {other:?}")),
+                    }
+                }
+            }
+            .await;
+            dead.set(true);
+            shard.shipped_ev.notify();
+            r
+        })
+    };
+    let sent = ship(shard, &mut wr, start, &dead).await;
+    dead.set(true);
+    wr.close().await;
+    let acked = acks.await;
+    sent.and(acked)
+}
+
+/// Streams records from `cursor` until the link dies or we stop leading.
+async fn ship(
+    shard: &Rc<Shard>,
+    wr: &mut Writer,
+    mut cursor: u64,
+    dead: &Cell<bool>,
+) -> Result<(), String> {
+    let mut out = Vec::with_capacity(CATCH_UP_CHUNK + 64);
+    while !dead.get() {
+        if shard.role.get() != Role::Leader {
+            return Err("no longer leading".into());
+        }
+        out.clear();
+        let epoch = shard.epoch.get();
+        if let Some((first, count, recs, at)) = from_recent(shard, cursor) {
+            Repl::Batch {
+                epoch,
+                first_offset: first,
+                count,
+                records: &recs[at..],
+            }
+            .encode(&mut out);
+            cursor = first + count as u64;
+        } else if cursor < shard.log.next_offset() {
+            let (recs, count) = shard
+                .log
+                .read(cursor, shard.log.next_offset(), CATCH_UP_CHUNK)
+                .await
+                .map_err(|e| format!("catch-up read at {cursor}: {e}"))?;
+            if count == 0 {
+                return Err(format!("catch-up read at {cursor} returned nothing"));
+            }
+            Repl::Batch {
+                epoch,
+                first_offset: cursor,
+                count,
+                records: &recs,
+            }
+            .encode(&mut out);
+            cursor += count as u64;
+        } else {
+            shard.shipped_ev.wait().await;
+            continue;
+        }
+        wr.write(&out).await.map_err(|e| format!("send: {e}"))?;
+    }
+    Ok(())
+}
+
+/// The records from `cursor` to the end of the recent batch holding it, if in memory.
+fn from_recent(shard: &Shard, cursor: u64) -> Option<(u64, u32, Rc<Vec<u8>>, usize)> {
+    let recent = shard.recent.borrow();
+    let i = recent.partition_point(|r| r.first_offset + r.count as u64 <= cursor);
+    let r = recent.get(i)?;
+    if r.first_offset > cursor {
+        return None; // evicted: read it from disk
+    }
+    if r.first_offset == cursor {
+        return Some((cursor, r.count, r.records.clone(), 0));
+    }
+    // Cursor inside the batch: skip the records before it.
+    let mut p = 0;
+    for rec in record::Records::new(&r.records).flatten() {
+        if rec.offset == cursor {
+            let skipped = (cursor - r.first_offset) as u32;
+            return Some((cursor, r.count - skipped, r.records.clone(), p));
+        }
+        p += record::encoded_len(rec.payload.len());
+    }
+    None
+}

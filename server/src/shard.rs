@@ -1,0 +1,459 @@
+//! The per-core owner of one shard: its log, its group-commit loop, the appends waiting
+//! for durability, and the watermarks that decide when an append is acknowledged.
+//!
+//! Data plane only: roles and epochs are read here, changed by `control`.
+//!
+//! Adaptive group commit: appends are encoded straight into the open batch as they
+//! arrive; the commit loop takes the whole open batch whenever the previous write+fsync
+//! returns. An idle shard flushes a lone append at once; a busy one grows its batches by
+//! itself. No timer, no delay knob. Bounds: `MAX_BATCH_BYTES`/`MAX_BATCH_RECORDS` per
+//! batch, `MAX_STAGED_BYTES` queued ahead of the disk, `MAX_UNACKED` appends not yet
+//! acknowledged; an append beyond them waits (back-pressure reaches the socket).
+
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use corelog_client::codec::{self, ErrorCode, Role};
+use corelog_client::record;
+
+use crate::metrics::ShardMetrics;
+use crate::sync::Event;
+use crate::wal::batch::{MAX_BATCH_BYTES, MAX_BATCH_RECORDS};
+use crate::wal::Log;
+
+/// Encoded bytes staged ahead of the disk (open + sealed batches).
+pub const MAX_STAGED_BYTES: usize = 16 * 1024 * 1024;
+/// Appends accepted but not yet acknowledged, per shard.
+pub const MAX_UNACKED: usize = 128 * 1024;
+/// Recent batches kept in memory for the replication link.
+pub const MAX_RECENT_BYTES: usize = 32 * 1024 * 1024;
+
+/// The outgoing side of one client connection: encoded responses in order.
+#[derive(Default)]
+pub struct ConnOut {
+    pub buf: RefCell<Vec<u8>>,
+    pub wake: Event,
+    pub drained: Event,
+    /// Appends of this connection not yet answered.
+    pub inflight: Cell<u32>,
+    pub closed: Cell<bool>,
+}
+
+impl ConnOut {
+    pub fn push_appended(&self, req_id: u64, shard: u16, offset: u64) {
+        codec::encode_appended(req_id, shard, offset, &mut self.buf.borrow_mut());
+        self.inflight.set(self.inflight.get() - 1);
+        self.wake.notify();
+    }
+    pub fn push_error(&self, req_id: u64, code: ErrorCode, msg: &str) {
+        codec::encode_error(req_id, code as u16, msg, &mut self.buf.borrow_mut());
+        self.wake.notify();
+    }
+}
+
+struct Waiter {
+    conn: Rc<ConnOut>,
+    req_id: u64,
+}
+
+/// A batch being filled or waiting for the disk.
+struct Staged {
+    first_offset: u64,
+    count: u32,
+    records: Vec<u8>,
+    waiters: Vec<Waiter>,
+    since: Instant,
+}
+
+/// A batch durable here (and shipped), waiting for the follower.
+struct Unacked {
+    first_offset: u64,
+    waiters: VecDeque<Waiter>,
+    since: Instant,
+}
+
+/// A batch handed to the disk, kept for the replication link.
+pub struct Recent {
+    pub first_offset: u64,
+    pub count: u32,
+    pub epoch: u32,
+    pub records: Rc<Vec<u8>>,
+}
+
+#[derive(Clone)]
+pub struct ShardConfig {
+    pub id: u16,
+    pub shard_count: u16,
+    /// Acknowledge on local durability alone (no follower). Development/benchmark only.
+    pub standalone: bool,
+    pub ack_timeout: Duration,
+    /// Client address of the leader, for `NotLeader` answers on a follower.
+    pub leader_addr: Option<String>,
+}
+
+pub struct Shard {
+    pub cfg: ShardConfig,
+    pub log: Rc<Log>,
+    pub role: Cell<Role>,
+    pub epoch: Cell<u32>,
+    /// Next offset to assign (≥ log.next_offset()).
+    next_assign: Cell<u64>,
+    staged: RefCell<VecDeque<Staged>>,
+    staged_bytes: Cell<usize>,
+    unacked: RefCell<VecDeque<Unacked>>,
+    unacked_count: Cell<usize>,
+    /// Follower's durable end as last acknowledged to us (leader only).
+    pub follower_next: Cell<u64>,
+    pub recent: RefCell<VecDeque<Recent>>,
+    recent_bytes: Cell<usize>,
+    /// Something was staged: wakes the commit loop.
+    staged_ev: Event,
+    /// A batch was handed to the disk: wakes the replication link.
+    pub shipped_ev: Event,
+    /// The committed end advanced: wakes tails and the follower's acker.
+    pub durable_ev: Event,
+    /// Room was made under the bounds: wakes waiting appends.
+    space_ev: Event,
+    pub metrics: ShardMetrics,
+}
+
+impl Shard {
+    pub fn new(
+        cfg: ShardConfig,
+        log: Rc<Log>,
+        role: Role,
+        epoch: u32,
+        metrics: ShardMetrics,
+    ) -> Rc<Shard> {
+        let next = log.next_offset();
+        Rc::new(Shard {
+            cfg,
+            log,
+            role: Cell::new(role),
+            epoch: Cell::new(epoch),
+            next_assign: Cell::new(next),
+            staged: Default::default(),
+            staged_bytes: Cell::new(0),
+            unacked: Default::default(),
+            unacked_count: Cell::new(0),
+            follower_next: Cell::new(0),
+            recent: Default::default(),
+            recent_bytes: Cell::new(0),
+            staged_ev: Event::default(),
+            shipped_ev: Event::default(),
+            durable_ev: Event::default(),
+            space_ev: Event::default(),
+            metrics,
+        })
+    }
+
+    pub fn id(&self) -> u16 {
+        self.cfg.id
+    }
+
+    /// Records readers may see: durable here, and on the follower too when we lead.
+    pub fn committed(&self) -> u64 {
+        let local = self.log.next_offset();
+        match self.role.get() {
+            Role::Leader if !self.cfg.standalone => local.min(self.follower_next.get()),
+            _ => local,
+        }
+    }
+
+    /// Offsets handed out so far (staged or written).
+    pub fn assigned(&self) -> u64 {
+        self.next_assign.get()
+    }
+
+    fn refuse(&self) -> Option<(ErrorCode, String)> {
+        match self.role.get() {
+            Role::Leader => None,
+            Role::Follower => Some((
+                ErrorCode::NotLeader,
+                self.cfg.leader_addr.clone().unwrap_or_default(),
+            )),
+            Role::Fenced => Some((
+                ErrorCode::Fenced,
+                format!(
+                    "this node was fenced by a higher epoch than {}",
+                    self.epoch.get()
+                ),
+            )),
+        }
+    }
+
+    /// Accepts one append for `conn`: encodes it into the open batch. The answer is
+    /// pushed to `conn` once the record is durable on every replica (or fails).
+    pub async fn append(
+        &self,
+        payload: &[u8],
+        conn: &Rc<ConnOut>,
+        req_id: u64,
+    ) -> Result<(), (ErrorCode, String)> {
+        let len = record::encoded_len(payload.len());
+        loop {
+            if let Some(e) = self.refuse() {
+                return Err(e);
+            }
+            if self.staged_bytes.get() + len <= MAX_STAGED_BYTES
+                && self.unacked_count.get() < MAX_UNACKED
+            {
+                break;
+            }
+            self.space_ev.wait().await;
+        }
+        let mut staged = self.staged.borrow_mut();
+        let need_new = match staged.back() {
+            None => true,
+            Some(b) => b.records.len() + len > MAX_BATCH_BYTES || b.count >= MAX_BATCH_RECORDS,
+        };
+        if need_new {
+            let cap = if staged.is_empty() {
+                4096
+            } else {
+                MAX_BATCH_BYTES
+            };
+            staged.push_back(Staged {
+                first_offset: self.next_assign.get(),
+                count: 0,
+                records: Vec::with_capacity(cap),
+                waiters: Vec::new(),
+                since: Instant::now(),
+            });
+        }
+        let b = staged.back_mut().expect("pushed above");
+        record::encode(
+            self.next_assign.get(),
+            self.epoch.get(),
+            payload,
+            &mut b.records,
+        );
+        b.count += 1;
+        b.waiters.push(Waiter {
+            conn: conn.clone(),
+            req_id,
+        });
+        conn.inflight.set(conn.inflight.get() + 1);
+        self.next_assign.set(self.next_assign.get() + 1);
+        self.staged_bytes.set(self.staged_bytes.get() + len);
+        self.unacked_count.set(self.unacked_count.get() + 1);
+        drop(staged);
+        self.staged_ev.notify();
+        Ok(())
+    }
+
+    /// Follower side: stage records received from the leader (already verified).
+    pub async fn stage_replicated(&self, first_offset: u64, count: u32, records: &[u8]) {
+        assert_eq!(
+            first_offset,
+            self.next_assign.get(),
+            "replicated batch out of order"
+        );
+        while self.staged_bytes.get() + records.len() > MAX_STAGED_BYTES {
+            self.space_ev.wait().await;
+        }
+        let mut staged = self.staged.borrow_mut();
+        let fits = staged.back().is_some_and(|b| {
+            b.records.len() + records.len() <= MAX_BATCH_BYTES
+                && b.count + count <= MAX_BATCH_RECORDS
+        });
+        if !fits {
+            staged.push_back(Staged {
+                first_offset,
+                count: 0,
+                records: Vec::new(),
+                waiters: Vec::new(),
+                since: Instant::now(),
+            });
+        }
+        let b = staged.back_mut().expect("pushed above");
+        b.records.extend_from_slice(records);
+        b.count += count;
+        self.next_assign.set(first_offset + count as u64);
+        self.staged_bytes
+            .set(self.staged_bytes.get() + records.len());
+        drop(staged);
+        self.staged_ev.notify();
+    }
+
+    /// Drops staged-but-unwritten state and cuts the log (follower rejoin).
+    pub async fn truncate(&self, offset: u64) -> std::io::Result<u64> {
+        assert!(
+            self.staged.borrow().is_empty(),
+            "truncate with staged batches"
+        );
+        let end = self.log.truncate(offset).await?;
+        self.next_assign.set(end);
+        self.recent.borrow_mut().clear();
+        self.recent_bytes.set(0);
+        Ok(end)
+    }
+
+    /// The group-commit loop. Runs for the life of the shard.
+    pub async fn commit_loop(self: Rc<Self>) {
+        loop {
+            let next = self.staged.borrow_mut().pop_front();
+            let Some(b) = next else {
+                self.staged_ev.wait().await;
+                continue;
+            };
+            let epoch = self.epoch.get();
+            let records = Rc::new(b.records);
+            if self.role.get() == Role::Leader && !self.cfg.standalone {
+                // Ship while writing locally, not after.
+                self.remember(Recent {
+                    first_offset: b.first_offset,
+                    count: b.count,
+                    epoch,
+                    records: records.clone(),
+                });
+                self.shipped_ev.notify();
+            }
+            let first_epoch = first_record_epoch(&records);
+            let last_epoch = if self.role.get() == Role::Leader {
+                epoch
+            } else {
+                last_record_epoch(&records)
+            };
+            let t = Instant::now();
+            if let Err(e) = self
+                .log
+                .write_batch(b.count, epoch, &records, first_epoch, last_epoch)
+                .await
+            {
+                crate::fatal(&format!(
+                    "shard {}: write/fdatasync of batch at offset {} failed: {e}; stopping without acknowledging it",
+                    self.id(),
+                    b.first_offset
+                ));
+            }
+            self.metrics.fsync_seconds.record(t.elapsed().as_secs_f64());
+            self.metrics.batches.increment(1);
+            self.metrics.batch_records.record(b.count as f64);
+            self.metrics.bytes.increment(records.len() as u64);
+            self.staged_bytes
+                .set(self.staged_bytes.get() - records.len());
+            if !b.waiters.is_empty() {
+                self.unacked.borrow_mut().push_back(Unacked {
+                    first_offset: b.first_offset,
+                    waiters: b.waiters.into(),
+                    since: b.since,
+                });
+            }
+            self.release();
+        }
+    }
+
+    fn remember(&self, r: Recent) {
+        let mut recent = self.recent.borrow_mut();
+        self.recent_bytes
+            .set(self.recent_bytes.get() + r.records.len());
+        recent.push_back(r);
+        while self.recent_bytes.get() > MAX_RECENT_BYTES && recent.len() > 2 {
+            let old = recent.pop_front().expect("len > 2");
+            self.recent_bytes
+                .set(self.recent_bytes.get() - old.records.len());
+        }
+    }
+
+    /// Acknowledges every waiting append below the committed end.
+    pub fn release(&self) {
+        let end = self.committed();
+        let mut n = 0u64;
+        let mut unacked = self.unacked.borrow_mut();
+        while let Some(u) = unacked.front_mut() {
+            while u.first_offset < end {
+                let Some(w) = u.waiters.pop_front() else {
+                    break;
+                };
+                w.conn.push_appended(w.req_id, self.id(), u.first_offset);
+                u.first_offset += 1;
+                n += 1;
+            }
+            if u.waiters.is_empty() {
+                unacked.pop_front();
+            } else {
+                break;
+            }
+        }
+        drop(unacked);
+        if n > 0 {
+            self.unacked_count
+                .set(self.unacked_count.get() - n as usize);
+            self.metrics.appends.increment(n);
+        }
+        self.metrics.durable_offset.set(end as f64);
+        if !self.cfg.standalone && self.role.get() == Role::Leader {
+            let lag = self
+                .log
+                .next_offset()
+                .saturating_sub(self.follower_next.get());
+            self.metrics.replication_lag.set(lag as f64);
+        }
+        self.space_ev.notify();
+        self.durable_ev.notify();
+    }
+
+    /// Fails appends older than the ack deadline (no follower confirmation in time) and
+    /// every waiting append when the node stops leading.
+    pub fn expire(&self, now: Instant) {
+        let deadline = self.cfg.ack_timeout;
+        let leading = self.role.get() == Role::Leader;
+        let mut n = 0usize;
+        let mut unacked = self.unacked.borrow_mut();
+        while let Some(u) = unacked.front() {
+            if leading && now.duration_since(u.since) < deadline {
+                break;
+            }
+            let u = unacked.pop_front().expect("front exists");
+            let (code, msg) = if leading {
+                (ErrorCode::ReplicationTimeout, format!("not confirmed by the follower within {deadline:?}; the write is durable on the leader only and may still appear"))
+            } else {
+                (
+                    ErrorCode::Fenced,
+                    "leadership lost before the follower confirmed; outcome unknown".to_string(),
+                )
+            };
+            for w in u.waiters {
+                w.conn.inflight.set(w.conn.inflight.get() - 1);
+                w.conn.push_error(w.req_id, code, &msg);
+                n += 1;
+            }
+        }
+        drop(unacked);
+        if n > 0 {
+            self.unacked_count.set(self.unacked_count.get() - n);
+            self.metrics.errors.increment(n as u64);
+            self.space_ev.notify();
+        }
+    }
+
+    /// Periodic deadline check (a bounded sweep every 100 ms).
+    pub async fn deadline_loop(self: Rc<Self>) {
+        loop {
+            glommio::timer::sleep(Duration::from_millis(100)).await;
+            self.expire(Instant::now());
+        }
+    }
+
+    /// Follower: wake everyone whose answer depends on roles (e.g. after fencing).
+    pub fn role_changed(&self) {
+        self.expire(Instant::now());
+        self.space_ev.notify();
+        self.durable_ev.notify();
+    }
+}
+
+fn first_record_epoch(recs: &[u8]) -> u32 {
+    record::decode(recs).map(|(r, _)| r.epoch).unwrap_or(0)
+}
+
+fn last_record_epoch(recs: &[u8]) -> u32 {
+    record::Records::new(recs)
+        .flatten()
+        .last()
+        .map(|r| r.epoch)
+        .unwrap_or(0)
+}

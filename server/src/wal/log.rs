@@ -1,0 +1,306 @@
+//! The live log of one shard on glommio Direct I/O.
+//!
+//! One writer (the shard's commit loop) calls `write_batch`; any number of readers call
+//! `read`. A batch is visible to readers only after its fdatasync returned. Every write
+//! starts on a fresh 4 KiB block, so a block holding acknowledged records is never
+//! rewritten (a torn rewrite could destroy them).
+
+use std::cell::{Cell, RefCell};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+use corelog_client::record;
+use glommio::io::{DmaFile, OpenOptions};
+
+use super::batch::{self, BatchHeader, BATCH_HEADER_LEN};
+use super::recovery::{segment_name, sync_dir, BatchLoc, ShardScan};
+
+struct Segment {
+    first_offset: u64,
+    path: PathBuf,
+    file: Rc<DmaFile>,
+    batches: Vec<BatchLoc>,
+}
+
+pub struct Log {
+    dir: PathBuf,
+    segment_bytes: u64,
+    segments: RefCell<Vec<Segment>>,
+    /// Next free byte in the last segment (block aligned).
+    write_pos: Cell<u64>,
+    /// Everything below is durable on this node.
+    next_offset: Cell<u64>,
+    /// (epoch, first offset written under it), ascending.
+    epochs: RefCell<Vec<(u32, u64)>>,
+}
+
+async fn open_rw(path: &Path) -> io::Result<DmaFile> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .dma_open(path)
+        .await
+        .map_err(io::Error::from)
+}
+
+impl Log {
+    /// Opens the log described by a (repaired) recovery scan.
+    pub async fn open(dir: &Path, scan: &ShardScan, segment_bytes: u64) -> io::Result<Log> {
+        assert!(
+            segment_bytes >= batch::span(batch::MAX_BATCH_BYTES)
+                && segment_bytes % batch::BLOCK == 0
+        );
+        let mut segments = Vec::new();
+        for s in &scan.segments {
+            let file = Rc::new(open_rw(&s.path).await?);
+            segments.push(Segment {
+                first_offset: s.first_offset,
+                path: s.path.clone(),
+                file,
+                batches: s.batches.clone(),
+            });
+        }
+        let write_pos = scan.segments.last().map(|s| s.end_pos()).unwrap_or(0);
+        let log = Log {
+            dir: dir.to_path_buf(),
+            segment_bytes,
+            segments: RefCell::new(segments),
+            write_pos: Cell::new(write_pos),
+            next_offset: Cell::new(scan.next_offset),
+            epochs: RefCell::new(scan.epochs.clone()),
+        };
+        if log.segments.borrow().is_empty() {
+            log.roll().await?;
+        }
+        Ok(log)
+    }
+
+    /// Everything below this offset is durable on this node.
+    pub fn next_offset(&self) -> u64 {
+        self.next_offset.get()
+    }
+
+    pub fn first_offset(&self) -> u64 {
+        self.segments
+            .borrow()
+            .first()
+            .map(|s| s.first_offset)
+            .unwrap_or(0)
+    }
+
+    pub fn last_epoch(&self) -> u32 {
+        self.epochs.borrow().last().map(|e| e.0).unwrap_or(0)
+    }
+
+    /// First offset written under an epoch greater than `epoch`, or the log end.
+    pub fn end_of_epoch(&self, epoch: u32) -> u64 {
+        self.epochs
+            .borrow()
+            .iter()
+            .find(|(e, _)| *e > epoch)
+            .map(|(_, o)| *o)
+            .unwrap_or(self.next_offset())
+    }
+
+    pub fn segment_count(&self) -> usize {
+        self.segments.borrow().len()
+    }
+
+    async fn roll(&self) -> io::Result<()> {
+        let first = self.next_offset.get();
+        let path = self.dir.join(segment_name(first));
+        let file = open_rw(&path).await?;
+        file.pre_allocate(self.segment_bytes, false)
+            .await
+            .map_err(io::Error::from)?;
+        file.fdatasync().await.map_err(io::Error::from)?;
+        sync_dir(&self.dir).map_err(io::Error::other)?;
+        self.segments.borrow_mut().push(Segment {
+            first_offset: first,
+            path,
+            file: Rc::new(file),
+            batches: Vec::new(),
+        });
+        self.write_pos.set(0);
+        Ok(())
+    }
+
+    /// Writes one batch at a fresh block and fdatasyncs it. `records` holds `count`
+    /// encoded records with offsets `next_offset()..`. An error here must stop the node:
+    /// the caller never retries and never acknowledges the batch.
+    pub async fn write_batch(
+        &self,
+        count: u32,
+        epoch: u32,
+        records: &[u8],
+        first_record_epoch: u32,
+        last_record_epoch: u32,
+    ) -> io::Result<()> {
+        assert!(count > 0 && records.len() <= batch::MAX_BATCH_BYTES);
+        let first_offset = self.next_offset.get();
+        let span = batch::span(records.len());
+        if self.write_pos.get() + span > self.segment_bytes {
+            self.roll().await?;
+        }
+        let pos = self.write_pos.get();
+        let file = self
+            .segments
+            .borrow()
+            .last()
+            .expect("a segment")
+            .file
+            .clone();
+        let mut buf = file.alloc_dma_buffer(span as usize);
+        let h = BatchHeader {
+            first_offset,
+            count,
+            records_len: records.len() as u32,
+            epoch,
+        };
+        batch::encode_into(&h, records, buf.as_bytes_mut());
+        let n = file.write_at(buf, pos).await.map_err(io::Error::from)?;
+        if n as u64 != span {
+            return Err(io::Error::new(
+                io::ErrorKind::WriteZero,
+                format!("short write: {n} of {span} bytes"),
+            ));
+        }
+        file.fdatasync().await.map_err(io::Error::from)?;
+        self.write_pos.set(pos + span);
+        let loc = BatchLoc {
+            first_offset,
+            count,
+            pos,
+            records_len: records.len() as u32,
+        };
+        self.segments
+            .borrow_mut()
+            .last_mut()
+            .expect("a segment")
+            .batches
+            .push(loc);
+        let mut epochs = self.epochs.borrow_mut();
+        if epochs.last().map(|e| e.0) != Some(first_record_epoch)
+            || first_record_epoch != last_record_epoch
+        {
+            for r in record::Records::new(records).flatten() {
+                if epochs.last().map(|e| e.0) != Some(r.epoch) {
+                    epochs.push((r.epoch, r.offset));
+                }
+            }
+        }
+        self.next_offset.set(first_offset + count as u64);
+        Ok(())
+    }
+
+    /// Locates the batch holding `offset` (which must be below `next_offset()`).
+    fn locate(&self, offset: u64) -> Option<(Rc<DmaFile>, BatchLoc, usize, usize)> {
+        let segs = self.segments.borrow();
+        let si = segs
+            .partition_point(|s| s.first_offset <= offset)
+            .checked_sub(1)?;
+        let s = &segs[si];
+        let bi = s
+            .batches
+            .partition_point(|b| b.first_offset <= offset)
+            .checked_sub(1)?;
+        let b = s.batches[bi];
+        (offset < b.first_offset + b.count as u64).then(|| (s.file.clone(), b, si, bi))
+    }
+
+    /// Reads records from `from`, up to `upto` (exclusive), about `max_bytes` (always at
+    /// least one record when one exists). Returns (records bytes, count).
+    pub async fn read(&self, from: u64, upto: u64, max_bytes: usize) -> io::Result<(Vec<u8>, u32)> {
+        let upto = upto.min(self.next_offset());
+        let mut out = Vec::new();
+        let mut count = 0u32;
+        let mut at = from;
+        while at < upto && (out.is_empty() || out.len() < max_bytes) {
+            let Some((file, b, _, _)) = self.locate(at) else {
+                break;
+            };
+            let data = file
+                .read_at(b.pos, BATCH_HEADER_LEN + b.records_len as usize)
+                .await
+                .map_err(io::Error::from)?;
+            let recs = &data[BATCH_HEADER_LEN..];
+            let mut p = 0;
+            for r in record::Records::new(recs) {
+                let r = r.map_err(|e| {
+                    io::Error::new(io::ErrorKind::InvalidData, format!("record {at}: {e}"))
+                })?;
+                let len = record::encoded_len(r.payload.len());
+                if r.offset >= at
+                    && r.offset < upto
+                    && (out.is_empty() || out.len() + len <= max_bytes)
+                {
+                    out.extend_from_slice(&recs[p..p + len]);
+                    count += 1;
+                    at = r.offset + 1;
+                }
+                p += len;
+            }
+            if at < b.first_offset + b.count as u64 && at < upto {
+                break; // max_bytes reached inside this batch
+            }
+        }
+        Ok((out, count))
+    }
+
+    /// Drops every record at or above `offset`, cutting at the start of the batch that
+    /// holds it (never rewriting a block that stays). Returns the new end. Used when a
+    /// former leader rejoins as a follower: what it drops was never acknowledged.
+    pub async fn truncate(&self, offset: u64) -> io::Result<u64> {
+        if offset >= self.next_offset() {
+            return Ok(self.next_offset());
+        }
+        let (file, b, si, bi) = match self.locate(offset) {
+            Some(x) => x,
+            None => {
+                // Before the first batch: keep an empty first segment.
+                let f = self.segments.borrow()[0].file.clone();
+                let b = BatchLoc {
+                    first_offset: self.first_offset(),
+                    count: 0,
+                    pos: 0,
+                    records_len: 0,
+                };
+                (f, b, 0, 0)
+            }
+        };
+        let end = if si + 1 == self.segment_count() {
+            self.write_pos.get()
+        } else {
+            self.segment_bytes
+        };
+        zero_range(&file, b.pos, end).await?;
+        file.fdatasync().await.map_err(io::Error::from)?;
+        let removed: Vec<Segment> = self.segments.borrow_mut().drain(si + 1..).collect();
+        for s in removed {
+            std::fs::remove_file(&s.path)?;
+        }
+        sync_dir(&self.dir).map_err(io::Error::other)?;
+        self.segments.borrow_mut()[si].batches.truncate(bi);
+        self.write_pos.set(b.pos);
+        self.next_offset.set(b.first_offset);
+        self.epochs
+            .borrow_mut()
+            .retain(|(_, o)| *o < b.first_offset);
+        Ok(b.first_offset)
+    }
+}
+
+async fn zero_range(file: &DmaFile, from: u64, to: u64) -> io::Result<()> {
+    const CHUNK: u64 = 1024 * 1024;
+    let mut at = from;
+    while at < to {
+        let n = CHUNK.min(to - at);
+        let mut buf = file.alloc_dma_buffer(n as usize);
+        buf.as_bytes_mut().fill(0);
+        file.write_at(buf, at).await.map_err(io::Error::from)?;
+        at += n;
+    }
+    Ok(())
+}

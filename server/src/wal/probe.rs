@@ -1,0 +1,54 @@
+//! Boot-time check that the data directory honours O_DIRECT. tmpfs refuses O_DIRECT;
+//! overlayfs may silently route it through the page cache. Both are refused.
+
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+
+const TMPFS_MAGIC: i64 = 0x0102_1994;
+const OVERLAYFS_MAGIC: i64 = 0x794c_7630;
+const RAMFS_MAGIC: i64 = 0x8584_58f6;
+
+pub fn check_direct_io(dir: &Path) -> Result<(), String> {
+    let c =
+        std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).map_err(|e| e.to_string())?;
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
+        return Err(format!(
+            "statfs {}: {}",
+            dir.display(),
+            std::io::Error::last_os_error()
+        ));
+    }
+    let kind = match st.f_type as i64 {
+        TMPFS_MAGIC => Some("tmpfs"),
+        OVERLAYFS_MAGIC => Some("overlayfs"),
+        RAMFS_MAGIC => Some("ramfs"),
+        _ => None,
+    };
+    if let Some(kind) = kind {
+        return Err(format!(
+            "data dir {} is on {kind}, which does not honour O_DIRECT: corelog needs a real block-device filesystem (ext4, xfs)",
+            dir.display()
+        ));
+    }
+    let probe = dir.join(".odirect-probe");
+    let res = (|| {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(&probe)?;
+        let layout = std::alloc::Layout::from_size_align(4096, 4096).unwrap();
+        // SAFETY: layout is non-zero sized; freed below.
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        let buf = unsafe { std::slice::from_raw_parts(ptr, 4096) };
+        let r = f.write_all(buf);
+        unsafe { std::alloc::dealloc(ptr, layout) };
+        r?;
+        f.sync_data()
+    })();
+    let _ = std::fs::remove_file(&probe);
+    res.map_err(|e| format!("data dir {} does not honour O_DIRECT ({e}): corelog needs a real block-device filesystem", dir.display()))
+}

@@ -1,0 +1,359 @@
+//! Boot-time scan of one shard's segments (plain std I/O; also used by the offline
+//! `corelog inspect`). Every batch CRC and every record CRC is verified, offsets must be
+//! gap-free. The first position that does not hold the next valid batch is the end of
+//! the log. Anything valid found *after* it means the middle of the log is damaged:
+//! recovery refuses, naming shard, segment and byte offset. Non-zero bytes after the end
+//! with nothing valid behind them are a torn tail (a batch that was never acknowledged):
+//! `repair` zeroes them.
+
+use std::path::{Path, PathBuf};
+
+use corelog_client::record;
+
+use super::batch::{self, BLOCK};
+
+/// Where one batch lives.
+#[derive(Debug, Clone, Copy)]
+pub struct BatchLoc {
+    pub first_offset: u64,
+    pub count: u32,
+    /// Byte position of the batch header in its segment.
+    pub pos: u64,
+    pub records_len: u32,
+}
+
+#[derive(Debug, Clone)]
+pub struct SegmentInfo {
+    pub path: PathBuf,
+    pub first_offset: u64,
+    pub len: u64,
+    pub batches: Vec<BatchLoc>,
+}
+
+impl SegmentInfo {
+    pub fn end_pos(&self) -> u64 {
+        self.batches
+            .last()
+            .map(|b| b.pos + batch::span(b.records_len as usize))
+            .unwrap_or(0)
+    }
+}
+
+/// A torn tail found by the scan.
+#[derive(Debug, Clone)]
+pub struct Torn {
+    pub segment: PathBuf,
+    /// Where the invalid bytes start (a block boundary).
+    pub pos: u64,
+    /// End of the last non-zero block after `pos` in that segment.
+    pub dirty_end: u64,
+    /// Later segment files holding no valid batch (removed by `repair`).
+    pub empty_segments: Vec<PathBuf>,
+}
+
+#[derive(Debug, Clone)]
+pub struct ShardScan {
+    pub shard: u16,
+    pub segments: Vec<SegmentInfo>,
+    pub next_offset: u64,
+    pub records: u64,
+    /// (epoch, first offset written under it), ascending, from the records themselves.
+    pub epochs: Vec<(u32, u64)>,
+    pub torn: Option<Torn>,
+}
+
+impl ShardScan {
+    pub fn first_offset(&self) -> u64 {
+        self.segments.first().map(|s| s.first_offset).unwrap_or(0)
+    }
+    pub fn last_epoch(&self) -> u32 {
+        self.epochs.last().map(|e| e.0).unwrap_or(0)
+    }
+}
+
+#[derive(Debug)]
+pub enum ScanError {
+    Io(String),
+    Corrupt {
+        shard: u16,
+        segment: PathBuf,
+        pos: u64,
+        reason: String,
+    },
+}
+
+impl std::fmt::Display for ScanError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ScanError::Io(e) => write!(f, "{e}"),
+            ScanError::Corrupt { shard, segment, pos, reason } => write!(
+                f,
+                "corruption in the middle of the log: shard {shard}, segment {}, byte offset {pos}: {reason}",
+                segment.display()
+            ),
+        }
+    }
+}
+
+pub fn segment_name(first_offset: u64) -> String {
+    format!("{first_offset:020}.log")
+}
+
+fn list_segments(dir: &Path) -> Result<Vec<(u64, PathBuf)>, ScanError> {
+    let rd = std::fs::read_dir(dir)
+        .map_err(|e| ScanError::Io(format!("read {}: {e}", dir.display())))?;
+    let mut v = Vec::new();
+    for ent in rd {
+        let ent = ent.map_err(|e| ScanError::Io(e.to_string()))?;
+        let name = ent.file_name().to_string_lossy().to_string();
+        if let Some(num) = name.strip_suffix(".log") {
+            if let Ok(n) = num.parse::<u64>() {
+                v.push((n, ent.path()));
+            }
+        }
+    }
+    v.sort();
+    Ok(v)
+}
+
+fn map(path: &Path) -> Result<Option<memmap2::Mmap>, ScanError> {
+    let f = std::fs::File::open(path)
+        .map_err(|e| ScanError::Io(format!("open {}: {e}", path.display())))?;
+    let len = f
+        .metadata()
+        .map_err(|e| ScanError::Io(e.to_string()))?
+        .len();
+    if len == 0 {
+        return Ok(None);
+    }
+    // SAFETY: the file is not modified while mapped (the server owns the directory; the
+    // scan runs before any writer starts, and inspect is documented as offline).
+    let m = unsafe { memmap2::Mmap::map(&f) }
+        .map_err(|e| ScanError::Io(format!("mmap {}: {e}", path.display())))?;
+    Ok(Some(m))
+}
+
+/// Scans the shard directory. Does not modify anything.
+pub fn scan(shard: u16, dir: &Path) -> Result<ShardScan, ScanError> {
+    let files = list_segments(dir)?;
+    let mut out = ShardScan {
+        shard,
+        segments: Vec::new(),
+        next_offset: 0,
+        records: 0,
+        epochs: Vec::new(),
+        torn: None,
+    };
+    if let Some((first, _)) = files.first() {
+        out.next_offset = *first;
+    }
+    // (segment index in `files`, position) of the first invalid block, if any.
+    let mut end: Option<(usize, u64)> = None;
+    for (i, (first, path)) in files.iter().enumerate() {
+        let mm = map(path)?;
+        let data: &[u8] = mm.as_deref().unwrap_or(&[]);
+        let mut seg = SegmentInfo {
+            path: path.clone(),
+            first_offset: *first,
+            len: data.len() as u64,
+            batches: Vec::new(),
+        };
+        if *first != out.next_offset {
+            // A segment must start where the previous one ended. An all-zero one is a
+            // roll-over interrupted by a crash; anything else is damage.
+            if !tail_is_zero(data) {
+                return Err(ScanError::Corrupt {
+                    shard,
+                    segment: path.clone(),
+                    pos: 0,
+                    reason: format!(
+                        "segment name says offset {first} but the log continues at {}",
+                        out.next_offset
+                    ),
+                });
+            }
+            end = Some((i, 0));
+            out.segments.push(seg);
+            break;
+        }
+        let mut pos = 0u64;
+        while pos + batch::BATCH_HEADER_LEN as u64 <= data.len() as u64 {
+            let at = &data[pos as usize..];
+            match batch::decode(at) {
+                Some(h) if h.first_offset == out.next_offset => {
+                    let recs = &at
+                        [batch::BATCH_HEADER_LEN..batch::BATCH_HEADER_LEN + h.records_len as usize];
+                    let last_epoch =
+                        record::verify_run(recs, h.first_offset, h.count).map_err(|e| {
+                            ScanError::Corrupt {
+                                shard,
+                                segment: path.clone(),
+                                pos,
+                                reason: format!("batch CRC valid but records invalid: {e}"),
+                            }
+                        })?;
+                    note_epochs(&mut out.epochs, recs, h.count, last_epoch);
+                    seg.batches.push(BatchLoc {
+                        first_offset: h.first_offset,
+                        count: h.count,
+                        pos,
+                        records_len: h.records_len,
+                    });
+                    out.next_offset += h.count as u64;
+                    out.records += h.count as u64;
+                    pos += batch::span(h.records_len as usize);
+                }
+                _ => {
+                    if is_zero(&at[..(BLOCK as usize).min(at.len())])
+                        && i + 1 < files.len()
+                        && tail_is_zero(&data[pos as usize..])
+                    {
+                        // Clean end of a full segment: the next one continues the log.
+                        break;
+                    }
+                    end = Some((i, pos));
+                    break;
+                }
+            }
+        }
+        out.segments.push(seg);
+        if end.is_some() {
+            break;
+        }
+    }
+    if let Some((i, pos)) = end {
+        out.torn = check_tail(shard, &files, i, pos)?;
+        // Segments after the end hold nothing valid (checked above): not part of the log.
+        out.segments.truncate(i + 1);
+        if out.segments[i].first_offset != out.next_offset {
+            // An all-zero segment whose name does not continue the log: remove it too.
+            let stale = out.segments.pop().expect("segment i exists").path;
+            let t = out.torn.get_or_insert(Torn {
+                segment: stale.clone(),
+                pos: 0,
+                dirty_end: 0,
+                empty_segments: Vec::new(),
+            });
+            t.empty_segments.insert(0, stale);
+        }
+    }
+    Ok(out)
+}
+
+/// Records the epochs seen in a run of records (cheap: only when the epoch changes).
+fn note_epochs(epochs: &mut Vec<(u32, u64)>, recs: &[u8], count: u32, last_epoch: u32) {
+    if count == 0
+        || epochs.last().map(|e| e.0) == Some(last_epoch) && first_epoch(recs) == last_epoch
+    {
+        return;
+    }
+    for r in record::Records::new(recs).flatten() {
+        if epochs.last().map(|e| e.0) != Some(r.epoch) {
+            epochs.push((r.epoch, r.offset));
+        }
+    }
+}
+
+fn first_epoch(recs: &[u8]) -> u32 {
+    u32::from_le_bytes(recs[16..20].try_into().unwrap())
+}
+
+fn is_zero(b: &[u8]) -> bool {
+    b.iter().all(|x| *x == 0)
+}
+
+fn tail_is_zero(b: &[u8]) -> bool {
+    b.chunks(BLOCK as usize).all(is_zero)
+}
+
+/// After the end at (segment i, pos): any valid batch later means mid-log corruption.
+/// Otherwise returns the dirty range to zero, if any.
+fn check_tail(
+    shard: u16,
+    files: &[(u64, PathBuf)],
+    i: usize,
+    pos: u64,
+) -> Result<Option<Torn>, ScanError> {
+    let mut torn = Torn {
+        segment: files[i].1.clone(),
+        pos,
+        dirty_end: pos,
+        empty_segments: Vec::new(),
+    };
+    for (j, (_, path)) in files.iter().enumerate().skip(i) {
+        let mm = map(path)?;
+        let data: &[u8] = mm.as_deref().unwrap_or(&[]);
+        let mut p = if j == i { pos } else { 0 };
+        let mut nonzero = false;
+        while p < data.len() as u64 {
+            let block = &data[p as usize..(p + BLOCK).min(data.len() as u64) as usize];
+            if !is_zero(block) {
+                nonzero = true;
+                if !(j == i && p == pos) && batch::decode(&data[p as usize..]).is_some() {
+                    return Err(ScanError::Corrupt {
+                        shard,
+                        segment: files[i].1.clone(),
+                        pos,
+                        reason: format!(
+                            "invalid data here, but a valid batch follows in {} at byte {p}",
+                            path.display()
+                        ),
+                    });
+                }
+                if j == i {
+                    torn.dirty_end = p + block.len() as u64;
+                }
+            }
+            p += BLOCK;
+        }
+        if j > i && !nonzero {
+            torn.empty_segments.push(path.clone());
+        } else if j > i {
+            return Err(ScanError::Corrupt {
+                shard,
+                segment: path.clone(),
+                pos: 0,
+                reason: "segment after the end of the log holds non-zero bytes but no valid batch"
+                    .into(),
+            });
+        }
+    }
+    let dirty = torn.dirty_end > torn.pos || !torn.empty_segments.is_empty();
+    Ok(dirty.then_some(torn))
+}
+
+/// Makes a scanned shard writable again: zeroes the torn bytes, removes empty trailing
+/// segments, and syncs. Returns a line describing what it did.
+pub fn repair(t: &Torn) -> Result<String, String> {
+    use std::os::unix::fs::FileExt;
+    if t.dirty_end > t.pos {
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&t.segment)
+            .map_err(|e| format!("open {}: {e}", t.segment.display()))?;
+        let zeros = vec![0u8; (t.dirty_end - t.pos) as usize];
+        f.write_all_at(&zeros, t.pos)
+            .map_err(|e| format!("zero torn tail of {}: {e}", t.segment.display()))?;
+        f.sync_data()
+            .map_err(|e| format!("fdatasync {}: {e}", t.segment.display()))?;
+    }
+    for p in &t.empty_segments {
+        std::fs::remove_file(p).map_err(|e| format!("remove {}: {e}", p.display()))?;
+    }
+    if let Some(dir) = t.segment.parent() {
+        sync_dir(dir)?;
+    }
+    Ok(format!(
+        "truncated torn tail: segment {} bytes {}..{} zeroed, {} empty segment(s) removed",
+        t.segment.display(),
+        t.pos,
+        t.dirty_end,
+        t.empty_segments.len()
+    ))
+}
+
+pub fn sync_dir(dir: &Path) -> Result<(), String> {
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| format!("fsync directory {}: {e}", dir.display()))
+}
