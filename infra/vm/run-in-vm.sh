@@ -422,7 +422,7 @@ if [ "$qrc" -eq 124 ] || [ "$qrc" -eq 137 ]; then
   log "FAIL: VM timed out after ${TIMEOUT}s"
   exit 124
 fi
-code="$(grep -a -E '^VM-EXIT-CODE=[0-9]+$' "$LOGF" | tail -n 1 | cut -d= -f2)"
+code="$(grep -a -E '^VM-EXIT-CODE=[0-9]+$' "$LOGF" | tail -n 1 | cut -d= -f2 || true)"
 if [ -z "$code" ]; then
   [ "$QUIET" -eq 0 ] || tail -n 50 "$LOGF" >&2
   log "FAIL: guest reported no exit code (qemu exit $qrc) — see the console output above"
