@@ -98,3 +98,11 @@ resource "aws_placement_group" "this" {
   name     = "${var.name_prefix}-cluster"
   strategy = "cluster"
 }
+
+# run-sweep.sh logs in to the load generators with SSH (directly, or tunnelled through SSM).
+check "ssh_key_for_run_sweep" {
+  assert {
+    condition     = var.ssh_key_name != "" || var.ssh_public_key != ""
+    error_message = "No SSH key: set ssh_public_key or ssh_key_name, or infra/scripts/run-sweep.sh cannot log in to the load generators (SSM shell access still works)."
+  }
+}

@@ -93,3 +93,11 @@ def test_hard_timeout():
     r = run_vm(["-q", "-t", "15", str(GUESTS / "hang-guest.sh")], timeout=60)
     assert r.returncode == 124
     assert "timed out" in r.stderr
+
+
+def test_scratch_disk_and_out_dir(tmp_path):
+    out = tmp_path / "out"
+    r = run_vm(["-q", "-s", "64", "-o", str(out), "-t", "120", str(GUESTS / "scratch-guest.sh")])
+    assert r.returncode == 0
+    assert (out / "hello.txt").read_text() == "hello\n"
+    assert (out / "sub" / "nested.txt").read_text() == "nested\n"
