@@ -58,7 +58,7 @@
 # The guest reports its exit code with a console line `VM-EXIT-CODE=<n>` before powering off.
 #
 # Example (kTLS smoke test of a dynamic Rust binary on loopback):
-#   infra/vm/run-in-vm.sh -m tls,gcm -f target/release/corelog:/usr/local/bin/corelog \
+#   infra/vm/run-in-vm.sh -m tls -f target/release/corelog:/usr/local/bin/corelog \
 #       -s 512 -t 240 -- server/tests/vm/ktls.sh
 set -euo pipefail
 
@@ -371,6 +371,8 @@ else
 fi
 rc=$?
 cd /
+# Stop whatever the script left running (daemons, background jobs) so /scratch can be unmounted.
+kill -TERM -1 2>/dev/null; sleep 0.3; kill -KILL -1 2>/dev/null
 sync
 [ "$SCRATCH_MB" -gt 0 ] && umount /scratch
 echo

@@ -6,7 +6,7 @@
 #   linux-image-amd64 /boot/vmlinuz-*-amd64 and /lib/modules/<ver>/kernel/** (md, raid0, tls, dm ...)
 #   busybox-static    a static /bin/busybox for the guest initramfs
 #   cpio              builds the initramfs archive
-#   kmod xz-utils zstd  modinfo (dependency lookup) and module decompression
+#   kmod xz-utils zstd  modprobe --show-depends (dependency lookup), guest modprobe, decompression
 #   mdadm e2fsprogs xfsprogs  host tools copied into guests that build RAID arrays / filesystems
 #   [pkg shellcheck]  lints the bootstrap scripts (used by infra/tests/run.sh)
 #
