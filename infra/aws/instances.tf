@@ -20,7 +20,7 @@ locals {
     CORELOG_CLIENT_PORT    = var.client_port
     CORELOG_REPL_PORT_BASE = var.replication_port_base
     CORELOG_METRICS_PORT   = var.metrics_port
-    CORELOG_RESERVED_PORTS = "${var.metrics_port},${var.client_port},${var.replication_port_base}-${local.replication_port_last}"
+    CORELOG_RESERVED_PORTS = "${var.metrics_port},${var.client_port}-${local.client_port_last},${var.replication_port_base}-${local.replication_port_last}"
     CORELOG_CORES          = var.server_cores
     CORELOG_TLS_DIR        = "/etc/corelog/tls"
     CORELOG_GIT_URL        = var.corelog_git_url
@@ -38,6 +38,7 @@ locals {
       env = {
         CORELOG_ROLE          = "leader"
         CORELOG_FOLLOWER_ADDR = "${local.follower_ip}:${var.replication_port_base}"
+        CORELOG_FOLLOWER_NAME = "follower.corelog.internal"
       }
     }
     follower = {
@@ -45,6 +46,7 @@ locals {
       env = {
         CORELOG_ROLE          = "follower"
         CORELOG_FOLLOWER_ADDR = ""
+        CORELOG_FOLLOWER_NAME = ""
       }
     }
   }
@@ -122,8 +124,12 @@ resource "aws_instance" "data" {
       error_message = "No availability zone of the region offers both the data node and the load generator instance types; set availability_zone or pick other types."
     }
     precondition {
-      condition     = var.server_cores <= var.max_shards
-      error_message = "server_cores must not exceed max_shards (one replication port per shard)."
+      condition     = local.server_shards <= var.max_shards && local.server_shards <= var.client_direct_ports
+      error_message = "The server's shard count (server_cores, or the data node's vCPUs) exceeds max_shards or client_direct_ports: each shard needs a replication port and a direct client port."
+    }
+    precondition {
+      condition     = local.ports_disjoint
+      error_message = "The client (client_port .. + client_direct_ports), replication (replication_port_base .. + max_shards - 1) and metrics port ranges overlap."
     }
   }
 }

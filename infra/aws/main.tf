@@ -62,7 +62,18 @@ locals {
   leader_ip   = cidrhost(var.subnet_cidr, 10)
   follower_ip = cidrhost(var.subnet_cidr, 11)
 
+  client_port_last      = var.client_port + var.client_direct_ports
   replication_port_last = var.replication_port_base + var.max_shards - 1
+
+  # Shards the server will run: server_cores, or one per vCPU of the data node type.
+  server_shards = var.server_cores > 0 ? var.server_cores : data.aws_ec2_instance_type.data.default_vcpus
+
+  # The three port ranges must not overlap.
+  ports_disjoint = (
+    (local.client_port_last < var.replication_port_base || var.client_port > local.replication_port_last) &&
+    (var.metrics_port < var.client_port || var.metrics_port > local.client_port_last) &&
+    (var.metrics_port < var.replication_port_base || var.metrics_port > local.replication_port_last)
+  )
 
   # Git over SSH needs outbound TCP 22; https needs only 443.
   git_over_ssh = can(regex("^(ssh://|git@)", var.corelog_git_url))

@@ -1,5 +1,5 @@
 # Who may talk to whom:
-#   client port (9400)             data nodes  <- load generators only
+#   client ports (9400-9499)       data nodes  <- load generators only (9400 + per-shard 9400+1+s)
 #   replication ports (9500-9755)  data nodes  <- data nodes only (leader dials follower)
 #   metrics port (9300)            data nodes  <- admin_cidr only
 #   SSH (22, optional)             all nodes   <- admin_cidr only, and only if enable_ssh
@@ -27,10 +27,10 @@ resource "aws_security_group" "loadgen" {
 
 resource "aws_vpc_security_group_ingress_rule" "data_client_from_loadgen" {
   security_group_id            = aws_security_group.data.id
-  description                  = "corelog client port, from the load generators only"
+  description                  = "corelog client port and per-shard direct ports, from the load generators only"
   ip_protocol                  = "tcp"
   from_port                    = var.client_port
-  to_port                      = var.client_port
+  to_port                      = local.client_port_last
   referenced_security_group_id = aws_security_group.loadgen.id
 }
 
@@ -79,10 +79,10 @@ resource "aws_vpc_security_group_egress_rule" "data_replication_to_data" {
 
 resource "aws_vpc_security_group_egress_rule" "loadgen_client_to_data" {
   security_group_id            = aws_security_group.loadgen.id
-  description                  = "load generators to the corelog client port"
+  description                  = "load generators to the corelog client ports"
   ip_protocol                  = "tcp"
   from_port                    = var.client_port
-  to_port                      = var.client_port
+  to_port                      = local.client_port_last
   referenced_security_group_id = aws_security_group.data.id
 }
 

@@ -183,6 +183,17 @@ variable "client_port" {
   }
 }
 
+variable "client_direct_ports" {
+  description = "Per-shard client ports opened besides client_port: corelog's shard s also listens on client_port + 1 + s (its direct port), so the load generators may reach client_port .. client_port + client_direct_ports. 99 covers up to 99 shards with the default ports (9400-9499)."
+  type        = number
+  default     = 99
+
+  validation {
+    condition     = var.client_direct_ports >= 0 && var.client_direct_ports <= 1024 && floor(var.client_direct_ports) == var.client_direct_ports
+    error_message = "client_direct_ports must be a whole number from 0 to 1024."
+  }
+}
+
 variable "replication_port_base" {
   description = "First replication port; shard i of the follower listens on replication_port_base + i. Reachable only between the two data nodes."
   type        = number

@@ -5,6 +5,7 @@
 #
 #   corelog serve --data-dir DIR --listen 0.0.0.0:9400 --role leader|follower
 #                 --repl-listen 0.0.0.0:9500 [--follower-addr HOST:9500  (leader only)]
+#                 [--follower-name NAME (leader)] [--leader-addr HOST:9400 (follower)]
 #                 --cert FILE --key FILE --client-ca FILE
 #                 --metrics-listen 0.0.0.0:9300 --cores N
 #
@@ -26,6 +27,8 @@ LISTEN="0.0.0.0:${CORELOG_CLIENT_PORT:-9400}"
 REPL_LISTEN="0.0.0.0:${CORELOG_REPL_PORT_BASE:-9500}"   # shard i listens on base + i
 METRICS_LISTEN="0.0.0.0:${CORELOG_METRICS_PORT:-9300}"
 FOLLOWER_ADDR="${CORELOG_FOLLOWER_ADDR:-}"              # HOST:PORT of the follower's base port
+FOLLOWER_NAME="${CORELOG_FOLLOWER_NAME:-}"              # leader: name in the follower's certificate
+LEADER_ADDR="${CORELOG_LEADER_ADDR:-}"                  # follower: leader's client address (NotLeader)
 TLS_DIR="${CORELOG_TLS_DIR:-/etc/corelog/tls}"
 CERT="$TLS_DIR/node.crt"
 KEY="$TLS_DIR/node.key"
@@ -51,6 +54,9 @@ args=(serve
 if [ "$ROLE" = leader ]; then
   [ -n "$FOLLOWER_ADDR" ] || { echo "corelog-serve.sh: the leader needs CORELOG_FOLLOWER_ADDR" >&2; exit 2; }
   args+=(--follower-addr "$FOLLOWER_ADDR")
+  if [ -n "$FOLLOWER_NAME" ]; then args+=(--follower-name "$FOLLOWER_NAME"); fi
+elif [ -n "$LEADER_ADDR" ]; then
+  args+=(--leader-addr "$LEADER_ADDR")
 fi
 if [ -n "$EXTRA_ARGS" ]; then
   read -r -a extra <<<"$EXTRA_ARGS"

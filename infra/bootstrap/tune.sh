@@ -9,7 +9,7 @@ ROOT="${CORELOG_ROOT:-}"
 SERVICE_USER="${CORELOG_USER:-corelog}"
 DATA_DIR="${CORELOG_DATA_DIR:-/var/lib/corelog}"
 # Listening ports must never be handed out as ephemeral ports (the range below starts at 1024).
-RESERVED_PORTS="${CORELOG_RESERVED_PORTS:-9300,9400,9500-9755}"
+RESERVED_PORTS="${CORELOG_RESERVED_PORTS:-9300,9400-9499,9500-9755}"
 
 say() { echo "tune.sh: $*"; }
 mkdir -p "$ROOT/etc/sysctl.d" "$ROOT/etc/security/limits.d" "$ROOT/etc/modules-load.d"

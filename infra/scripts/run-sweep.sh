@@ -19,9 +19,12 @@ set -euo pipefail
 # ---- the load-generator CLI, in one place --------------------------------------------------
 # corelog-loadgen sweep --target HOST:9400 --connections N[,N...] --duration 30s --json OUT.json
 #                       --ca FILE --cert FILE --key FILE
+# Each call here is one step (one connection count). `corelog-loadgen run` takes the same flags
+# for a single step: LOADGEN_SUBCOMMAND=run uses it.
 CONNECTIONS="${CONNECTIONS:-1000,4000,9000,18000,36000}"   # totals over all load generators
 DURATION="${DURATION:-30s}"
 LOADGEN_BIN="${LOADGEN_BIN:-/usr/local/bin/corelog-loadgen}"
+LOADGEN_SUBCOMMAND="${LOADGEN_SUBCOMMAND:-sweep}"
 REMOTE_TLS_DIR="${REMOTE_TLS_DIR:-/etc/corelog/tls}"
 REMOTE_CA="$REMOTE_TLS_DIR/ca.crt"
 REMOTE_CERT="$REMOTE_TLS_DIR/client.crt"
@@ -29,7 +32,7 @@ REMOTE_KEY="$REMOTE_TLS_DIR/client.key"
 REMOTE_DIR="${REMOTE_DIR:-/var/lib/corelog-loadgen}"
 LOADGEN_EXTRA_ARGS="${LOADGEN_EXTRA_ARGS:-}"               # appended verbatim
 loadgen_cmd() { # $1: connections for this load generator, $2: remote JSON report path
-  echo "ulimit -n 1048576 2>/dev/null || true; mkdir -p $REMOTE_DIR && $LOADGEN_BIN sweep" \
+  echo "ulimit -n 1048576 2>/dev/null || true; mkdir -p $REMOTE_DIR && $LOADGEN_BIN $LOADGEN_SUBCOMMAND" \
     "--target $TARGET --connections $1 --duration $DURATION --json $2" \
     "--ca $REMOTE_CA --cert $REMOTE_CERT --key $REMOTE_KEY $LOADGEN_EXTRA_ARGS"
 }

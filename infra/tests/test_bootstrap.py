@@ -87,12 +87,17 @@ def test_serve_command_line_leader():
         "--cert", "/etc/corelog/tls/node.crt", "--key", "/etc/corelog/tls/node.key",
         "--client-ca", "/etc/corelog/tls/ca.crt", "--metrics-listen", "0.0.0.0:9300", "--cores", "8",
         "--follower-addr", "10.42.1.11:9500"]
+    r = serve(["leader"], {"CORELOG_FOLLOWER_ADDR": "10.42.1.11:9500", "CORELOG_CORES": "0"})
+    assert r.stdout.split()[r.stdout.split().index("--cores") + 1] == str(os.cpu_count()), "0 = every vCPU"
 
 
 def test_serve_command_line_follower_and_errors():
-    r = serve(["follower"], {})
+    r = serve(["follower"], {"CORELOG_FOLLOWER_ADDR": "ignored:1", "CORELOG_LEADER_ADDR": "10.42.1.10:9400"})
     assert r.returncode == 0, r.stderr
     assert "--role follower" in r.stdout and "--follower-addr" not in r.stdout
+    assert r.stdout.split()[-2:] == ["--leader-addr", "10.42.1.10:9400"]
+    r = serve(["leader"], {"CORELOG_FOLLOWER_ADDR": "f:9500", "CORELOG_FOLLOWER_NAME": "follower.corelog.internal"})
+    assert r.stdout.split()[-4:] == ["--follower-addr", "f:9500", "--follower-name", "follower.corelog.internal"]
     assert serve(["leader"], {}).returncode == 2, "leader without follower address must fail"
     assert serve(["primary"], {}).returncode == 2
 

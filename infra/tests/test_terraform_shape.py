@@ -87,7 +87,11 @@ def test_client_port_only_from_load_generators(root):
     assert len(rules) == 1
     r = rules[0]
     assert ref(r["security_group_id"]) == "aws_security_group.data.id"
-    assert ref(r["to_port"]) == "var.client_port"
+    assert ref(r["to_port"]) == "local.client_port_last"
+    last = ref(locals_of(root)["client_port_last"])
+    assert re.sub(r"\s", "", last) == "var.client_port+var.client_direct_ports"
+    v = variables(root)
+    assert one(v["client_port"]["default"]) + one(v["client_direct_ports"]["default"]) < one(v["replication_port_base"]["default"])
     assert ref(r["referenced_security_group_id"]) == "aws_security_group.loadgen.id"
     assert "cidr_ipv4" not in r and "cidr_ipv6" not in r
 
