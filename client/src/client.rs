@@ -61,9 +61,7 @@ impl std::fmt::Display for Error {
             Error::Tls(e) => write!(f, "tls: {e}"),
             Error::Codec(e) => write!(f, "protocol: {e}"),
             Error::Server { code, message } => {
-                let name = ErrorCode::from_u16(*code)
-                    .map(|c| format!("{c:?}"))
-                    .unwrap_or_default();
+                let name = ErrorCode::from_u16(*code).map(|c| format!("{c:?}")).unwrap_or_default();
                 write!(f, "server error {code} {name}: {message}")
             }
             Error::Closed => write!(f, "connection closed"),
@@ -107,10 +105,7 @@ pub struct ServerInfo {
 /// How to reach a server: mTLS (the default) or plaintext (`--insecure` servers only).
 #[derive(Clone)]
 pub struct ClientConfig {
-    tls: Option<(
-        Arc<rustls::ClientConfig>,
-        rustls::pki_types::ServerName<'static>,
-    )>,
+    tls: Option<(Arc<rustls::ClientConfig>, rustls::pki_types::ServerName<'static>)>,
 }
 
 impl ClientConfig {
@@ -120,21 +115,16 @@ impl ClientConfig {
         key: impl AsRef<Path>,
         server_name: &str,
     ) -> Result<Self, Error> {
-        let cfg = tls::client_config(ca.as_ref(), Some((cert.as_ref(), key.as_ref())))
-            .map_err(Error::Tls)?;
+        let cfg = tls::client_config(ca.as_ref(), Some((cert.as_ref(), key.as_ref()))).map_err(Error::Tls)?;
         let name = rustls::pki_types::ServerName::try_from(server_name.to_string())
             .map_err(|e| Error::Tls(format!("server name {server_name}: {e}")))?;
-        Ok(ClientConfig {
-            tls: Some((Arc::new(cfg), name)),
-        })
+        Ok(ClientConfig { tls: Some((Arc::new(cfg), name)) })
     }
     /// From an already built rustls config (e.g. one with no client certificate, for tests).
     pub fn from_rustls(cfg: Arc<rustls::ClientConfig>, server_name: &str) -> Result<Self, Error> {
         let name = rustls::pki_types::ServerName::try_from(server_name.to_string())
             .map_err(|e| Error::Tls(format!("server name {server_name}: {e}")))?;
-        Ok(ClientConfig {
-            tls: Some((cfg, name)),
-        })
+        Ok(ClientConfig { tls: Some((cfg, name)) })
     }
     pub fn insecure() -> Self {
         ClientConfig { tls: None }
@@ -151,10 +141,7 @@ async fn open(addr: &str, cfg: &ClientConfig) -> Result<Box<dyn Stream>, Error> 
         None => Ok(Box::new(tcp)),
         Some((c, name)) => {
             let conn = tokio_rustls::TlsConnector::from(c.clone());
-            let s = conn
-                .connect(name.clone(), tcp)
-                .await
-                .map_err(|e| Error::Tls(e.to_string()))?;
+            let s = conn.connect(name.clone(), tcp).await.map_err(|e| Error::Tls(e.to_string()))?;
             Ok(Box::new(s))
         }
     }
@@ -168,16 +155,9 @@ struct Reply {
 
 impl Reply {
     fn response(&self) -> Result<Response<'_>, Error> {
-        let f = codec::Frame {
-            op: self.op,
-            req_id: 0,
-            body: &self.body,
-        };
+        let f = codec::Frame { op: self.op, req_id: 0, body: &self.body };
         match Response::parse(&f).map_err(Error::Codec)? {
-            Response::Error { code, message } => Err(Error::Server {
-                code,
-                message: message.to_string(),
-            }),
+            Response::Error { code, message } => Err(Error::Server { code, message: message.to_string() }),
             r => Ok(r),
         }
     }
@@ -197,19 +177,12 @@ struct FrameReader<R> {
 
 impl<R: AsyncRead + Unpin> FrameReader<R> {
     fn new(r: R) -> Self {
-        FrameReader {
-            r,
-            buf: Vec::with_capacity(64 * 1024),
-            start: 0,
-        }
+        FrameReader { r, buf: Vec::with_capacity(64 * 1024), start: 0 }
     }
     async fn next(&mut self) -> Result<Option<Reply>, Error> {
         loop {
             if let Some((f, used)) = decode_frame(&self.buf[self.start..]).map_err(Error::Codec)? {
-                let reply = Reply {
-                    op: f.op,
-                    body: f.body.to_vec(),
-                };
+                let reply = Reply { op: f.op, body: f.body.to_vec() };
                 self.start += used;
                 return Ok(Some(reply));
             }
@@ -239,29 +212,14 @@ impl Conn {
         let (r, mut w) = tokio::io::split(stream);
         let mut reader = FrameReader::new(r);
         let mut hello = Vec::new();
-        Request::Hello {
-            version: PROTOCOL_VERSION,
-        }
-        .encode(0, &mut hello);
+        Request::Hello { version: PROTOCOL_VERSION }.encode(0, &mut hello);
         w.write_all(&hello).await?;
         let reply = reader.next().await?.ok_or(Error::Closed)?;
         let info = match reply.response()? {
-            Response::HelloOk {
-                shard,
-                shard_count,
-                role,
-                epoch,
-                ..
-            } => ServerInfo {
-                shard,
-                shard_count,
-                role,
-                epoch,
-            },
+            Response::HelloOk { shard, shard_count, role, epoch, .. } => ServerInfo { shard, shard_count, role, epoch },
             _ => return Err(Error::Protocol("expected HelloOk".into())),
         };
-        let waiting: Arc<std::sync::Mutex<VecDeque<oneshot::Sender<Result<Reply, Error>>>>> =
-            Default::default();
+        let waiting: Arc<std::sync::Mutex<VecDeque<oneshot::Sender<Result<Reply, Error>>>>> = Default::default();
         let (tx, mut rx) = mpsc::channel::<Cmd>(MAX_QUEUED_REQUESTS);
         let w_waiting = waiting.clone();
         tokio::spawn(async move {
@@ -303,10 +261,7 @@ impl Conn {
 
     async fn call(&self, frame: Vec<u8>) -> Result<Reply, Error> {
         let (reply, rx) = oneshot::channel();
-        self.tx
-            .send(Cmd { frame, reply })
-            .await
-            .map_err(|_| Error::Closed)?;
+        self.tx.send(Cmd { frame, reply }).await.map_err(|_| Error::Closed)?;
         rx.await.map_err(|_| Error::Closed)?
     }
 }
@@ -321,19 +276,12 @@ pub struct Client {
 impl Client {
     pub async fn connect(addr: &str, cfg: &ClientConfig) -> Result<Client, Error> {
         let conn = Conn::open(addr, cfg).await?;
-        Ok(Client {
-            conn: Arc::new(Mutex::new(Arc::new(conn))),
-            cfg: cfg.clone(),
-        })
+        Ok(Client { conn: Arc::new(Mutex::new(Arc::new(conn))), cfg: cfg.clone() })
     }
 
     /// Connects to the direct port of `shard` (client port + 1 + shard), which is
     /// served by that shard's executor: use it to read or tail a given shard.
-    pub async fn connect_shard(
-        addr: &str,
-        shard: u16,
-        cfg: &ClientConfig,
-    ) -> Result<Client, Error> {
+    pub async fn connect_shard(addr: &str, shard: u16, cfg: &ClientConfig) -> Result<Client, Error> {
         Client::connect(&shard_addr(addr, shard)?, cfg).await
     }
 
@@ -353,9 +301,7 @@ impl Client {
         let reply = conn.call(frame.clone()).await?;
         match reply.response() {
             Ok(Response::Appended { shard, offset }) => Ok(Position { shard, offset }),
-            Err(Error::Server { code, message })
-                if code == ErrorCode::NotLeader as u16 && !message.is_empty() =>
-            {
+            Err(Error::Server { code, message }) if code == ErrorCode::NotLeader as u16 && !message.is_empty() => {
                 // Follow the leader once; the follower did not take the write.
                 let leader = Conn::open(&message, &self.cfg).await?;
                 let leader = Arc::new(leader);
@@ -373,12 +319,7 @@ impl Client {
     /// Reads durable records of `shard` from offset `from`, at most about `max_bytes`.
     pub async fn read(&self, shard: u16, from: u64, max_bytes: u32) -> Result<Vec<Record>, Error> {
         let mut frame = Vec::new();
-        Request::Read {
-            shard,
-            from,
-            max_bytes,
-        }
-        .encode(0, &mut frame);
+        Request::Read { shard, from, max_bytes }.encode(0, &mut frame);
         let reply = self.current().await.call(frame).await?;
         match reply.response()? {
             Response::Records { records, .. } => to_records(records),
@@ -389,27 +330,17 @@ impl Client {
 
 /// The direct address of `shard` given a node's client address `host:port`.
 pub fn shard_addr(addr: &str, shard: u16) -> Result<String, Error> {
-    let (host, port) = addr
-        .rsplit_once(':')
-        .ok_or_else(|| Error::Protocol(format!("address {addr} has no port")))?;
-    let port: u16 = port
-        .parse()
-        .map_err(|_| Error::Protocol(format!("bad port in {addr}")))?;
-    let p = port
-        .checked_add(1 + shard)
-        .ok_or_else(|| Error::Protocol("port overflow".into()))?;
+    let (host, port) = addr.rsplit_once(':').ok_or_else(|| Error::Protocol(format!("address {addr} has no port")))?;
+    let port: u16 = port.parse().map_err(|_| Error::Protocol(format!("bad port in {addr}")))?;
+    let p = port.checked_add(1 + shard).ok_or_else(|| Error::Protocol("port overflow".into()))?;
     Ok(format!("{host}:{p}"))
 }
 
 fn to_records(buf: &[u8]) -> Result<Vec<Record>, Error> {
     Records::new(buf)
         .map(|r| {
-            r.map(|r| Record {
-                offset: r.offset,
-                epoch: r.epoch,
-                payload: r.payload.to_vec(),
-            })
-            .map_err(|e| Error::Protocol(format!("bad record from server: {e}")))
+            r.map(|r| Record { offset: r.offset, epoch: r.epoch, payload: r.payload.to_vec() })
+                .map_err(|e| Error::Protocol(format!("bad record from server: {e}")))
         })
         .collect()
 }
@@ -426,30 +357,17 @@ pub struct Tail {
 impl Tail {
     /// Tails `shard` of the node whose client address is `addr` (connects to the shard's
     /// direct port).
-    pub async fn start(
-        addr: &str,
-        cfg: &ClientConfig,
-        shard: u16,
-        from: u64,
-    ) -> Result<Tail, Error> {
+    pub async fn start(addr: &str, cfg: &ClientConfig, shard: u16, from: u64) -> Result<Tail, Error> {
         let stream = open(&shard_addr(addr, shard)?, cfg).await?;
         let (r, mut w) = tokio::io::split(stream);
         let mut reader = FrameReader::new(r);
         let mut out = Vec::new();
-        Request::Hello {
-            version: PROTOCOL_VERSION,
-        }
-        .encode(0, &mut out);
+        Request::Hello { version: PROTOCOL_VERSION }.encode(0, &mut out);
         Request::Tail { shard, from }.encode(1, &mut out);
         w.write_all(&out).await?;
         let hello = reader.next().await?.ok_or(Error::Closed)?;
         hello.response()?;
-        Ok(Tail {
-            reader,
-            _writer: w,
-            pending: VecDeque::new(),
-            next_offset: from,
-        })
+        Ok(Tail { reader, _writer: w, pending: VecDeque::new(), next_offset: from })
     }
 
     /// The next record; `Ok(None)` when the server closed the tail.

@@ -154,14 +154,7 @@ pub fn decode_frame(buf: &[u8]) -> Result<Option<(Frame<'_>, usize)>, CodecError
     }
     let op = buf[4];
     let req_id = u64::from_le_bytes(buf[5..13].try_into().unwrap());
-    Ok(Some((
-        Frame {
-            op,
-            req_id,
-            body: &buf[13..total],
-        },
-        total,
-    )))
+    Ok(Some((Frame { op, req_id, body: &buf[13..total] }, total)))
 }
 
 /// Starts a frame in `out`; returns the position of its length field for `finish_frame`.
@@ -175,10 +168,7 @@ fn begin_frame(out: &mut Vec<u8>, op: u8, req_id: u64) -> usize {
 
 fn finish_frame(out: &mut [u8], at: usize) {
     let len = (out.len() - at - 4) as u32;
-    debug_assert!(
-        len as usize <= MAX_FRAME - 4,
-        "encoder built an oversized frame"
-    );
+    debug_assert!(len as usize <= MAX_FRAME - 4, "encoder built an oversized frame");
     out[at..at + 4].copy_from_slice(&len.to_le_bytes());
 }
 
@@ -190,17 +180,11 @@ struct Body<'a> {
 
 impl<'a> Body<'a> {
     fn new(f: &Frame<'a>) -> Self {
-        Body {
-            op: f.op,
-            rest: f.body,
-        }
+        Body { op: f.op, rest: f.body }
     }
     fn take(&mut self, n: usize) -> Result<&'a [u8], CodecError> {
         if self.rest.len() < n {
-            return Err(CodecError::BadBody {
-                op: self.op,
-                reason: "body truncated",
-            });
+            return Err(CodecError::BadBody { op: self.op, reason: "body truncated" });
         }
         let (a, b) = self.rest.split_at(n);
         self.rest = b;
@@ -222,18 +206,12 @@ impl<'a> Body<'a> {
         if self.rest.is_empty() {
             Ok(())
         } else {
-            Err(CodecError::BadBody {
-                op: self.op,
-                reason: "trailing bytes",
-            })
+            Err(CodecError::BadBody { op: self.op, reason: "trailing bytes" })
         }
     }
     fn magic(&mut self) -> Result<(), CodecError> {
         if self.take(4)? != HELLO_MAGIC {
-            return Err(CodecError::BadBody {
-                op: self.op,
-                reason: "bad magic",
-            });
+            return Err(CodecError::BadBody { op: self.op, reason: "bad magic" });
         }
         Ok(())
     }
@@ -242,21 +220,10 @@ impl<'a> Body<'a> {
 /// Client → server requests on the client port.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Request<'a> {
-    Hello {
-        version: u16,
-    },
-    Append {
-        payload: &'a [u8],
-    },
-    Read {
-        shard: u16,
-        from: u64,
-        max_bytes: u32,
-    },
-    Tail {
-        shard: u16,
-        from: u64,
-    },
+    Hello { version: u16 },
+    Append { payload: &'a [u8] },
+    Read { shard: u16, from: u64, max_bytes: u32 },
+    Tail { shard: u16, from: u64 },
 }
 
 impl<'a> Request<'a> {
@@ -273,15 +240,8 @@ impl<'a> Request<'a> {
                 }
                 return Ok(Request::Append { payload: f.body });
             }
-            op::READ => Request::Read {
-                shard: b.u16()?,
-                from: b.u64()?,
-                max_bytes: b.u32()?,
-            },
-            op::TAIL => Request::Tail {
-                shard: b.u16()?,
-                from: b.u64()?,
-            },
+            op::READ => Request::Read { shard: b.u16()?, from: b.u64()?, max_bytes: b.u32()? },
+            op::TAIL => Request::Tail { shard: b.u16()?, from: b.u64()? },
             o => return Err(CodecError::UnknownOpcode(o)),
         };
         b.end()?;
@@ -297,11 +257,7 @@ impl<'a> Request<'a> {
                 finish_frame(out, at);
             }
             Request::Append { payload } => encode_append(req_id, payload, out),
-            Request::Read {
-                shard,
-                from,
-                max_bytes,
-            } => {
+            Request::Read { shard, from, max_bytes } => {
                 let at = begin_frame(out, op::READ, req_id);
                 out.extend_from_slice(&shard.to_le_bytes());
                 out.extend_from_slice(&from.to_le_bytes());
@@ -390,33 +346,16 @@ impl<'a> Response<'a> {
                 let version = b.u16()?;
                 let shard = b.u16()?;
                 let shard_count = b.u16()?;
-                let role = Role::from_u8(b.u8()?).ok_or(CodecError::BadBody {
-                    op: f.op,
-                    reason: "unknown role",
-                })?;
-                Response::HelloOk {
-                    version,
-                    shard,
-                    shard_count,
-                    role,
-                    epoch: b.u32()?,
-                }
+                let role = Role::from_u8(b.u8()?).ok_or(CodecError::BadBody { op: f.op, reason: "unknown role" })?;
+                Response::HelloOk { version, shard, shard_count, role, epoch: b.u32()? }
             }
-            op::APPENDED => Response::Appended {
-                shard: b.u16()?,
-                offset: b.u64()?,
-            },
+            op::APPENDED => Response::Appended { shard: b.u16()?, offset: b.u64()? },
             op::RECORDS => {
                 let shard = b.u16()?;
                 let next_offset = b.u64()?;
                 let count = b.u32()?;
                 let records = b.rest;
-                return Ok(Response::Records {
-                    shard,
-                    next_offset,
-                    count,
-                    records,
-                });
+                return Ok(Response::Records { shard, next_offset, count, records });
             }
             op::ERROR => parse_error(&mut b)?,
             o => return Err(CodecError::UnknownOpcode(o)),
@@ -427,13 +366,7 @@ impl<'a> Response<'a> {
 
     pub fn encode(&self, req_id: u64, out: &mut Vec<u8>) {
         match self {
-            Response::HelloOk {
-                version,
-                shard,
-                shard_count,
-                role,
-                epoch,
-            } => {
+            Response::HelloOk { version, shard, shard_count, role, epoch } => {
                 let at = begin_frame(out, op::HELLO_OK, req_id);
                 out.extend_from_slice(&version.to_le_bytes());
                 out.extend_from_slice(&shard.to_le_bytes());
@@ -443,12 +376,7 @@ impl<'a> Response<'a> {
                 finish_frame(out, at);
             }
             Response::Appended { shard, offset } => encode_appended(req_id, *shard, *offset, out),
-            Response::Records {
-                shard,
-                next_offset,
-                count,
-                records,
-            } => {
+            Response::Records { shard, next_offset, count, records } => {
                 let at = begin_frame(out, op::RECORDS, req_id);
                 out.extend_from_slice(&shard.to_le_bytes());
                 out.extend_from_slice(&next_offset.to_le_bytes());
@@ -489,10 +417,8 @@ where
 {
     let code = b.u16()?;
     let n = b.u16()? as usize;
-    let msg = std::str::from_utf8(b.take(n)?).map_err(|_| CodecError::BadBody {
-        op: op::ERROR,
-        reason: "message not UTF-8",
-    })?;
+    let msg = std::str::from_utf8(b.take(n)?)
+        .map_err(|_| CodecError::BadBody { op: op::ERROR, reason: "message not UTF-8" })?;
     Ok(T::from((code, msg)))
 }
 
@@ -561,10 +487,7 @@ impl<'a> Repl<'a> {
                     last_epoch: b.u32()?,
                 }
             }
-            op::REPL_WELCOME => Repl::Welcome {
-                epoch: b.u32()?,
-                truncate_to: b.u64()?,
-            },
+            op::REPL_WELCOME => Repl::Welcome { epoch: b.u32()?, truncate_to: b.u64()? },
             op::REPL_BATCH => {
                 let epoch = b.u32()?;
                 let first_offset = b.u64()?;
@@ -572,16 +495,9 @@ impl<'a> Repl<'a> {
                 if b.rest.len() > MAX_REPL_BATCH_BYTES {
                     return Err(CodecError::PayloadTooLarge(b.rest.len()));
                 }
-                return Ok(Repl::Batch {
-                    epoch,
-                    first_offset,
-                    count,
-                    records: b.rest,
-                });
+                return Ok(Repl::Batch { epoch, first_offset, count, records: b.rest });
             }
-            op::REPL_ACK => Repl::Ack {
-                next_offset: b.u64()?,
-            },
+            op::REPL_ACK => Repl::Ack { next_offset: b.u64()? },
             op::ERROR => parse_error(&mut b)?,
             o => return Err(CodecError::UnknownOpcode(o)),
         };
@@ -591,14 +507,7 @@ impl<'a> Repl<'a> {
 
     pub fn encode(&self, out: &mut Vec<u8>) {
         match self {
-            Repl::Hello {
-                version,
-                shard,
-                shard_count,
-                epoch,
-                next_offset,
-                last_epoch,
-            } => {
+            Repl::Hello { version, shard, shard_count, epoch, next_offset, last_epoch } => {
                 let at = begin_frame(out, op::REPL_HELLO, 0);
                 out.extend_from_slice(&HELLO_MAGIC);
                 out.extend_from_slice(&version.to_le_bytes());
@@ -615,16 +524,8 @@ impl<'a> Repl<'a> {
                 out.extend_from_slice(&truncate_to.to_le_bytes());
                 finish_frame(out, at);
             }
-            Repl::Batch {
-                epoch,
-                first_offset,
-                count,
-                records,
-            } => {
-                assert!(
-                    records.len() <= MAX_REPL_BATCH_BYTES,
-                    "replication batch too large"
-                );
+            Repl::Batch { epoch, first_offset, count, records } => {
+                assert!(records.len() <= MAX_REPL_BATCH_BYTES, "replication batch too large");
                 let at = begin_frame(out, op::REPL_BATCH, 0);
                 out.extend_from_slice(&epoch.to_le_bytes());
                 out.extend_from_slice(&first_offset.to_le_bytes());
@@ -654,58 +555,26 @@ mod tests {
         assert_eq!(f.req_id, 7);
         assert_eq!(Request::parse(&f).unwrap(), r);
         for cut in 0..out.len() {
-            assert_eq!(
-                decode_frame(&out[..cut]).unwrap(),
-                None,
-                "partial frame at {cut}"
-            );
+            assert_eq!(decode_frame(&out[..cut]).unwrap(), None, "partial frame at {cut}");
         }
     }
 
     #[test]
     fn requests_roundtrip() {
-        roundtrip_req(Request::Hello {
-            version: PROTOCOL_VERSION,
-        });
-        roundtrip_req(Request::Append {
-            payload: b"Hello World",
-        });
+        roundtrip_req(Request::Hello { version: PROTOCOL_VERSION });
+        roundtrip_req(Request::Append { payload: b"Hello World" });
         roundtrip_req(Request::Append { payload: &[] });
-        roundtrip_req(Request::Read {
-            shard: 3,
-            from: 99,
-            max_bytes: 4096,
-        });
-        roundtrip_req(Request::Tail {
-            shard: 1,
-            from: u64::MAX,
-        });
+        roundtrip_req(Request::Read { shard: 3, from: 99, max_bytes: 4096 });
+        roundtrip_req(Request::Tail { shard: 1, from: u64::MAX });
     }
 
     #[test]
     fn responses_roundtrip() {
         let rs = [
-            Response::HelloOk {
-                version: 1,
-                shard: 2,
-                shard_count: 4,
-                role: Role::Follower,
-                epoch: 9,
-            },
-            Response::Appended {
-                shard: 1,
-                offset: 1 << 40,
-            },
-            Response::Records {
-                shard: 0,
-                next_offset: 5,
-                count: 0,
-                records: &[],
-            },
-            Response::Error {
-                code: ErrorCode::NotLeader as u16,
-                message: "127.0.0.1:9400",
-            },
+            Response::HelloOk { version: 1, shard: 2, shard_count: 4, role: Role::Follower, epoch: 9 },
+            Response::Appended { shard: 1, offset: 1 << 40 },
+            Response::Records { shard: 0, next_offset: 5, count: 0, records: &[] },
+            Response::Error { code: ErrorCode::NotLeader as u16, message: "127.0.0.1:9400" },
         ];
         for r in rs {
             let mut out = Vec::new();
@@ -718,29 +587,11 @@ mod tests {
     #[test]
     fn repl_roundtrip() {
         let rs = [
-            Repl::Hello {
-                version: 1,
-                shard: 0,
-                shard_count: 2,
-                epoch: 3,
-                next_offset: 10,
-                last_epoch: 2,
-            },
-            Repl::Welcome {
-                epoch: 3,
-                truncate_to: 8,
-            },
-            Repl::Batch {
-                epoch: 3,
-                first_offset: 10,
-                count: 1,
-                records: b"xyz",
-            },
+            Repl::Hello { version: 1, shard: 0, shard_count: 2, epoch: 3, next_offset: 10, last_epoch: 2 },
+            Repl::Welcome { epoch: 3, truncate_to: 8 },
+            Repl::Batch { epoch: 3, first_offset: 10, count: 1, records: b"xyz" },
             Repl::Ack { next_offset: 11 },
-            Repl::Error {
-                code: 10,
-                message: "stale epoch",
-            },
+            Repl::Error { code: 10, message: "stale epoch" },
         ];
         for r in rs {
             let mut out = Vec::new();
@@ -752,41 +603,22 @@ mod tests {
 
     #[test]
     fn bad_input_is_an_error_not_a_panic() {
-        assert_eq!(
-            decode_frame(&[1, 0, 0, 0, 2]),
-            Err(CodecError::FrameTooShort(1))
-        );
+        assert_eq!(decode_frame(&[1, 0, 0, 0, 2]), Err(CodecError::FrameTooShort(1)));
         let big = ((MAX_FRAME as u32) + 1).to_le_bytes();
-        assert!(matches!(
-            decode_frame(&big),
-            Err(CodecError::FrameTooLarge(_))
-        ));
+        assert!(matches!(decode_frame(&big), Err(CodecError::FrameTooLarge(_))));
         let mut out = Vec::new();
-        Request::Read {
-            shard: 0,
-            from: 0,
-            max_bytes: 1,
-        }
-        .encode(0, &mut out);
+        Request::Read { shard: 0, from: 0, max_bytes: 1 }.encode(0, &mut out);
         out[4] = 0x7e;
         let (f, _) = decode_frame(&out).unwrap().unwrap();
         assert_eq!(Request::parse(&f), Err(CodecError::UnknownOpcode(0x7e)));
         // Truncated body: announce a Read with one byte missing.
         let mut out = Vec::new();
-        Request::Read {
-            shard: 0,
-            from: 0,
-            max_bytes: 1,
-        }
-        .encode(0, &mut out);
+        Request::Read { shard: 0, from: 0, max_bytes: 1 }.encode(0, &mut out);
         out.pop();
         let len = (out.len() - 4) as u32;
         out[0..4].copy_from_slice(&len.to_le_bytes());
         let (f, _) = decode_frame(&out).unwrap().unwrap();
-        assert!(matches!(
-            Request::parse(&f),
-            Err(CodecError::BadBody { .. })
-        ));
+        assert!(matches!(Request::parse(&f), Err(CodecError::BadBody { .. })));
         // Oversized append payload.
         let payload = vec![0u8; MAX_PAYLOAD + 1];
         let mut out = Vec::new();
@@ -794,10 +626,7 @@ mod tests {
         out.extend_from_slice(&payload);
         finish_frame(&mut out, at);
         let (f, _) = decode_frame(&out).unwrap().unwrap();
-        assert_eq!(
-            Request::parse(&f),
-            Err(CodecError::PayloadTooLarge(MAX_PAYLOAD + 1))
-        );
+        assert_eq!(Request::parse(&f), Err(CodecError::PayloadTooLarge(MAX_PAYLOAD + 1)));
     }
 
     #[test]

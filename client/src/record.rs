@@ -65,10 +65,7 @@ pub fn encoded_len(payload_len: usize) -> usize {
 
 /// Appends one encoded record to `out`.
 pub fn encode(offset: u64, epoch: u32, payload: &[u8], out: &mut Vec<u8>) {
-    assert!(
-        payload.len() <= MAX_PAYLOAD,
-        "record payload above MAX_PAYLOAD"
-    );
+    assert!(payload.len() <= MAX_PAYLOAD, "record payload above MAX_PAYLOAD");
     let start = out.len();
     out.extend_from_slice(&RECORD_MAGIC);
     out.push(FORMAT_VERSION);
@@ -111,14 +108,7 @@ pub fn decode(buf: &[u8]) -> Result<(RecordRef<'_>, usize), RecordError> {
     if h.finalize() != crc {
         return Err(RecordError::BadCrc { offset });
     }
-    Ok((
-        RecordRef {
-            offset,
-            epoch,
-            payload: &buf[RECORD_HEADER_LEN..total],
-        },
-        total,
-    ))
+    Ok((RecordRef { offset, epoch, payload: &buf[RECORD_HEADER_LEN..total] }, total))
 }
 
 /// Verifies that `buf` holds exactly `count` records with offsets `first..first+count`,
@@ -129,10 +119,7 @@ pub fn verify_run(buf: &[u8], first: u64, count: u32) -> Result<u32, RecordError
     for i in 0..count as u64 {
         let (r, n) = decode(&buf[at..])?;
         if r.offset != first + i {
-            return Err(RecordError::OffsetGap {
-                expected: first + i,
-                found: r.offset,
-            });
+            return Err(RecordError::OffsetGap { expected: first + i, found: r.offset });
         }
         last_epoch = r.epoch;
         at += n;
@@ -184,17 +171,12 @@ mod tests {
         encode(6, 1, b"", &mut buf);
         assert_eq!(buf.len(), 2 * RECORD_HEADER_LEN + 5);
         assert_eq!(verify_run(&buf, 5, 2), Ok(1));
-        let got: Vec<_> = Records::new(&buf)
-            .map(|r| r.unwrap().payload.to_vec())
-            .collect();
+        let got: Vec<_> = Records::new(&buf).map(|r| r.unwrap().payload.to_vec()).collect();
         assert_eq!(got, vec![b"hello".to_vec(), vec![]]);
         let mut bad = buf.clone();
         bad[RECORD_HEADER_LEN + 1] ^= 1;
         assert_eq!(decode(&bad), Err(RecordError::BadCrc { offset: 5 }));
-        assert!(matches!(
-            verify_run(&buf, 4, 2),
-            Err(RecordError::OffsetGap { .. })
-        ));
+        assert!(matches!(verify_run(&buf, 4, 2), Err(RecordError::OffsetGap { .. })));
         assert_eq!(verify_run(&buf, 5, 1), Err(RecordError::Truncated));
     }
 }

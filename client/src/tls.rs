@@ -30,9 +30,7 @@ pub fn load_key(path: &Path) -> Result<PrivateKeyDer<'static>, String> {
 pub fn root_store(ca: &Path) -> Result<rustls::RootCertStore, String> {
     let mut roots = rustls::RootCertStore::empty();
     for c in load_certs(ca)? {
-        roots
-            .add(c)
-            .map_err(|e| format!("bad CA certificate {}: {e}", ca.display()))?;
+        roots.add(c).map_err(|e| format!("bad CA certificate {}: {e}", ca.display()))?;
     }
     Ok(roots)
 }
@@ -42,10 +40,7 @@ pub fn provider() -> Arc<rustls::crypto::CryptoProvider> {
 }
 
 /// A TLS 1.3 client config trusting `ca`, presenting `identity` (cert, key) when given.
-pub fn client_config(
-    ca: &Path,
-    identity: Option<(&Path, &Path)>,
-) -> Result<rustls::ClientConfig, String> {
+pub fn client_config(ca: &Path, identity: Option<(&Path, &Path)>) -> Result<rustls::ClientConfig, String> {
     let b = rustls::ClientConfig::builder_with_provider(provider())
         .with_protocol_versions(&[&rustls::version::TLS13])
         .map_err(|e| e.to_string())?

@@ -8,8 +8,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose as Eku, IsCa, KeyPair,
-    KeyUsagePurpose,
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose as Eku, IsCa, KeyPair, KeyUsagePurpose,
 };
 
 fn write(path: &Path, data: &str, private: bool) -> Result<(), String> {
@@ -20,8 +19,7 @@ fn write(path: &Path, data: &str, private: bool) -> Result<(), String> {
         .mode(if private { 0o600 } else { 0o644 })
         .open(path)
         .map_err(|e| format!("write {}: {e}", path.display()))?;
-    f.write_all(data.as_bytes())
-        .map_err(|e| format!("write {}: {e}", path.display()))
+    f.write_all(data.as_bytes()).map_err(|e| format!("write {}: {e}", path.display()))
 }
 
 pub fn generate(out: &Path, names: &[String]) -> Result<(), String> {
@@ -29,13 +27,8 @@ pub fn generate(out: &Path, names: &[String]) -> Result<(), String> {
     let err = |e: rcgen::Error| e.to_string();
     let mut ca = CertificateParams::new(Vec::<String>::new()).map_err(err)?;
     ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca.distinguished_name
-        .push(DnType::CommonName, "corelog dev CA");
-    ca.key_usages = vec![
-        KeyUsagePurpose::KeyCertSign,
-        KeyUsagePurpose::CrlSign,
-        KeyUsagePurpose::DigitalSignature,
-    ];
+    ca.distinguished_name.push(DnType::CommonName, "corelog dev CA");
+    ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
     let ca_key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).map_err(err)?;
     let ca_cert = ca.self_signed(&ca_key).map_err(err)?;
     write(&out.join("ca.pem"), &ca_cert.pem(), false)?;
@@ -43,16 +36,8 @@ pub fn generate(out: &Path, names: &[String]) -> Result<(), String> {
     let mut sans = vec!["localhost".to_string(), "127.0.0.1".to_string()];
     sans.extend(names.iter().cloned());
     for (name, cn, eku) in [
-        (
-            "server",
-            "corelog leader",
-            vec![Eku::ServerAuth, Eku::ClientAuth],
-        ),
-        (
-            "follower",
-            "corelog follower",
-            vec![Eku::ServerAuth, Eku::ClientAuth],
-        ),
+        ("server", "corelog leader", vec![Eku::ServerAuth, Eku::ClientAuth]),
+        ("follower", "corelog follower", vec![Eku::ServerAuth, Eku::ClientAuth]),
         ("client", "corelog client", vec![Eku::ClientAuth]),
     ] {
         let mut p = CertificateParams::new(sans.clone()).map_err(err)?;

@@ -33,25 +33,19 @@ impl ConnArgs {
         if self.insecure {
             return Ok(ClientConfig::insecure());
         }
-        ClientConfig::mtls(&self.ca, &self.cert, &self.key, &self.server_name)
-            .map_err(|e| e.to_string())
+        ClientConfig::mtls(&self.ca, &self.cert, &self.key, &self.server_name).map_err(|e| e.to_string())
     }
 }
 
 fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("tokio runtime")
+    tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime")
 }
 
 /// Appends each payload (or each stdin line with `-`); prints `shard offset` per event.
 pub fn append(conn: &ConnArgs, payloads: &[String]) -> Result<(), String> {
     let cfg = conn.config()?;
     runtime().block_on(async {
-        let c = Client::connect(&conn.addr, &cfg)
-            .await
-            .map_err(|e| e.to_string())?;
+        let c = Client::connect(&conn.addr, &cfg).await.map_err(|e| e.to_string())?;
         let mut out = std::io::stdout().lock();
         if payloads.len() == 1 && payloads[0] == "-" {
             for line in std::io::stdin().lock().lines() {
@@ -69,12 +63,7 @@ pub fn append(conn: &ConnArgs, payloads: &[String]) -> Result<(), String> {
     })
 }
 
-fn print_record(
-    out: &mut impl Write,
-    offset: u64,
-    payload: &[u8],
-    hex: bool,
-) -> Result<(), String> {
+fn print_record(out: &mut impl Write, offset: u64, payload: &[u8], hex: bool) -> Result<(), String> {
     let r = if hex {
         let h: String = payload.iter().map(|b| format!("{b:02x}")).collect();
         writeln!(out, "{offset}\t{h}")
@@ -88,16 +77,11 @@ fn print_record(
 pub fn read(conn: &ConnArgs, shard: u16, from: u64, limit: u64, hex: bool) -> Result<(), String> {
     let cfg = conn.config()?;
     runtime().block_on(async {
-        let c = Client::connect_shard(&conn.addr, shard, &cfg)
-            .await
-            .map_err(|e| e.to_string())?;
+        let c = Client::connect_shard(&conn.addr, shard, &cfg).await.map_err(|e| e.to_string())?;
         let mut out = std::io::stdout().lock();
         let (mut at, mut n) = (from, 0u64);
         while n < limit {
-            let recs = c
-                .read(shard, at, 1 << 20)
-                .await
-                .map_err(|e| e.to_string())?;
+            let recs = c.read(shard, at, 1 << 20).await.map_err(|e| e.to_string())?;
             if recs.is_empty() {
                 break;
             }
@@ -112,18 +96,10 @@ pub fn read(conn: &ConnArgs, shard: u16, from: u64, limit: u64, hex: bool) -> Re
 }
 
 /// Follows one shard live; stops after `count` records when given.
-pub fn tail(
-    conn: &ConnArgs,
-    shard: u16,
-    from: u64,
-    count: Option<u64>,
-    hex: bool,
-) -> Result<(), String> {
+pub fn tail(conn: &ConnArgs, shard: u16, from: u64, count: Option<u64>, hex: bool) -> Result<(), String> {
     let cfg = conn.config()?;
     runtime().block_on(async {
-        let mut t = Tail::start(&conn.addr, &cfg, shard, from)
-            .await
-            .map_err(|e| e.to_string())?;
+        let mut t = Tail::start(&conn.addr, &cfg, shard, from).await.map_err(|e| e.to_string())?;
         let mut out = std::io::stdout();
         let mut n = 0;
         while count.is_none_or(|c| n < c) {

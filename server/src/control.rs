@@ -21,10 +21,7 @@ pub fn shard_dir(data_dir: &Path, shard: u16) -> PathBuf {
 pub fn read_epoch(shard_dir: &Path) -> Result<u32, String> {
     let p = shard_dir.join("epoch");
     match std::fs::read_to_string(&p) {
-        Ok(s) => s
-            .trim()
-            .parse()
-            .map_err(|e| format!("bad epoch file {}: {e}", p.display())),
+        Ok(s) => s.trim().parse().map_err(|e| format!("bad epoch file {}: {e}", p.display())),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(INITIAL_EPOCH),
         Err(e) => Err(format!("read {}: {e}", p.display())),
     }
@@ -64,12 +61,9 @@ pub fn lock_shard(shard_dir: &Path) -> Result<ShardLock, String> {
 
 /// Shard directories present under a data dir, sorted by id.
 pub fn list_shards(data_dir: &Path) -> Result<Vec<u16>, String> {
-    let rd =
-        std::fs::read_dir(data_dir).map_err(|e| format!("read {}: {e}", data_dir.display()))?;
-    let mut v: Vec<u16> = rd
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.strip_prefix("shard-")?.parse().ok())
-        .collect();
+    let rd = std::fs::read_dir(data_dir).map_err(|e| format!("read {}: {e}", data_dir.display()))?;
+    let mut v: Vec<u16> =
+        rd.flatten().filter_map(|e| e.file_name().to_str()?.strip_prefix("shard-")?.parse().ok()).collect();
     v.sort();
     Ok(v)
 }

@@ -17,10 +17,7 @@ pub fn run(data_dir: &Path) -> i32 {
         }
     };
     if shards.is_empty() {
-        eprintln!(
-            "corelog inspect: {} holds no shard directory",
-            data_dir.display()
-        );
+        eprintln!("corelog inspect: {} holds no shard directory", data_dir.display());
         return 2;
     }
     let mut code = 0;
@@ -28,14 +25,8 @@ pub fn run(data_dir: &Path) -> i32 {
         let dir = control::shard_dir(data_dir, id);
         match recovery::scan(id, &dir) {
             Ok(s) => {
-                let last = if s.records > 0 {
-                    format!("{}", s.next_offset - 1)
-                } else {
-                    "-".into()
-                };
-                let epoch = control::read_epoch(&dir)
-                    .map(|e| e.to_string())
-                    .unwrap_or_else(|e| e);
+                let last = if s.records > 0 { format!("{}", s.next_offset - 1) } else { "-".into() };
+                let epoch = control::read_epoch(&dir).map(|e| e.to_string()).unwrap_or_else(|e| e);
                 let digest = match digest(&s) {
                     Ok(d) => format!("{d:016x}"),
                     Err(e) => {
@@ -83,11 +74,8 @@ fn digest(s: &recovery::ShardScan) -> Result<u64, String> {
         let f = std::fs::File::open(&seg.path).map_err(|e| e.to_string())?;
         for bl in &seg.batches {
             let mut buf = vec![0u8; bl.records_len as usize];
-            f.read_exact_at(
-                &mut buf,
-                bl.pos + crate::wal::batch::BATCH_HEADER_LEN as u64,
-            )
-            .map_err(|e| e.to_string())?;
+            f.read_exact_at(&mut buf, bl.pos + crate::wal::batch::BATCH_HEADER_LEN as u64)
+                .map_err(|e| e.to_string())?;
             a.update(&buf);
             b.update(&buf);
         }

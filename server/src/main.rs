@@ -10,11 +10,7 @@ use corelog_server::node::{self, NodeRole, ServeConfig, TlsFiles};
 use corelog_server::{certs, control, inspect, quickstart};
 
 #[derive(Parser)]
-#[command(
-    name = "corelog",
-    version,
-    about = "Thread-per-core durable replicated event log"
-)]
+#[command(name = "corelog", version, about = "Thread-per-core durable replicated event log")]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -150,35 +146,19 @@ struct ServeArgs {
 }
 
 fn serve_config(a: ServeArgs) -> Result<ServeConfig, String> {
-    let ncpu = std::thread::available_parallelism()
-        .map(|n| n.get() as u16)
-        .unwrap_or(1);
+    let ncpu = std::thread::available_parallelism().map(|n| n.get() as u16).unwrap_or(1);
     let shard_count = a.shard_count.or(a.cores).unwrap_or(ncpu);
-    let shards = if a.shards.is_empty() {
-        (0..shard_count).collect()
-    } else {
-        a.shards
-    };
+    let shards = if a.shards.is_empty() { (0..shard_count).collect() } else { a.shards };
     let tls = match (a.insecure, a.cert, a.key, a.client_ca) {
         (true, None, None, None) => None,
-        (true, ..) => {
-            return Err("--insecure cannot be combined with --cert/--key/--client-ca".into())
-        }
+        (true, ..) => return Err("--insecure cannot be combined with --cert/--key/--client-ca".into()),
         (false, Some(cert), Some(key), Some(ca)) => Some(TlsFiles { cert, key, ca }),
-        (false, ..) => {
-            return Err(
-                "mTLS needs --cert, --key and --client-ca (or --insecure for plaintext)".into(),
-            )
-        }
+        (false, ..) => return Err("mTLS needs --cert, --key and --client-ca (or --insecure for plaintext)".into()),
     };
     let repl_tls = match (&tls, a.repl_cert, a.repl_key, a.repl_ca) {
         (_, None, None, None) => None,
         (Some(_), Some(cert), Some(key), Some(ca)) => Some(TlsFiles { cert, key, ca }),
-        (None, ..) => {
-            return Err(
-                "--repl-cert/--repl-key/--repl-ca cannot be combined with --insecure".into(),
-            )
-        }
+        (None, ..) => return Err("--repl-cert/--repl-key/--repl-ca cannot be combined with --insecure".into()),
         _ => return Err("--repl-cert, --repl-key and --repl-ca go together".into()),
     };
     if a.segment_bytes % 4096 != 0 || a.segment_bytes < 4 * 1024 * 1024 {
@@ -207,36 +187,15 @@ fn main() {
     let cli = Cli::parse();
     let r: Result<(), String> = match cli.cmd {
         Cmd::Serve(a) => serve_config(*a).and_then(node::serve),
-        Cmd::Certs { out, names } => certs::generate(&out, &names).map(|_| {
-            println!(
-                "wrote CA, server, follower and client certificates to {}",
-                out.display()
-            )
-        }),
+        Cmd::Certs { out, names } => certs::generate(&out, &names)
+            .map(|_| println!("wrote CA, server, follower and client certificates to {}", out.display())),
         Cmd::Append { conn, payloads } => cli::append(&conn, &payloads),
-        Cmd::Read {
-            conn,
-            shard,
-            from,
-            limit,
-            hex,
-        } => cli::read(&conn, shard, from, limit, hex),
-        Cmd::Tail {
-            conn,
-            shard,
-            from,
-            count,
-            hex,
-        } => cli::tail(&conn, shard, from, count, hex),
+        Cmd::Read { conn, shard, from, limit, hex } => cli::read(&conn, shard, from, limit, hex),
+        Cmd::Tail { conn, shard, from, count, hex } => cli::tail(&conn, shard, from, count, hex),
         Cmd::Inspect { data_dir } => std::process::exit(inspect::run(&data_dir)),
         Cmd::Quickstart(a) => quickstart::run(a),
-        Cmd::Admin {
-            cmd: AdminCmd::Promote { data_dir },
-        } => control::promote(&data_dir).map(|e| {
-            println!(
-                "promoted {}: epoch {e}; start it with `corelog serve --role leader`",
-                data_dir.display()
-            )
+        Cmd::Admin { cmd: AdminCmd::Promote { data_dir } } => control::promote(&data_dir).map(|e| {
+            println!("promoted {}: epoch {e}; start it with `corelog serve --role leader`", data_dir.display())
         }),
     };
     if let Err(e) = r {

@@ -48,17 +48,12 @@ pub fn install() -> PrometheusHandle {
     PrometheusBuilder::new()
         .set_buckets_for_metric(
             metrics_exporter_prometheus::Matcher::Full("corelog_fsync_seconds".into()),
-            &[
-                50e-6, 100e-6, 150e-6, 200e-6, 300e-6, 500e-6, 1e-3, 2e-3, 5e-3, 10e-3, 50e-3,
-            ],
+            &[50e-6, 100e-6, 150e-6, 200e-6, 300e-6, 500e-6, 1e-3, 2e-3, 5e-3, 10e-3, 50e-3],
         )
         .and_then(|b| {
             b.set_buckets_for_metric(
                 metrics_exporter_prometheus::Matcher::Full("corelog_batch_records".into()),
-                &[
-                    1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 4096.0,
-                    16384.0,
-                ],
+                &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 4096.0, 16384.0],
             )
         })
         .expect("static bucket lists are valid")
@@ -67,11 +62,7 @@ pub fn install() -> PrometheusHandle {
 }
 
 /// Serves `GET /metrics` and `GET /health` (200 once `ready` is set, 503 before).
-pub fn serve(
-    addr: SocketAddr,
-    handle: PrometheusHandle,
-    ready: Arc<AtomicBool>,
-) -> std::io::Result<SocketAddr> {
+pub fn serve(addr: SocketAddr, handle: PrometheusHandle, ready: Arc<AtomicBool>) -> std::io::Result<SocketAddr> {
     let l = TcpListener::bind(addr)?;
     let local = l.local_addr()?;
     std::thread::Builder::new().name("metrics-http".into()).spawn(move || {

@@ -62,22 +62,15 @@ fn port_plus(addr: SocketAddr, n: u16) -> SocketAddr {
 /// Runs the node until the process is killed. Returns only on a start-up error.
 pub fn serve(cfg: ServeConfig) -> Result<(), String> {
     if cfg.shards.is_empty() || cfg.shards.iter().any(|s| *s >= cfg.shard_count) {
-        return Err(format!(
-            "--shards {:?} must be non-empty and below --shard-count {}",
-            cfg.shards, cfg.shard_count
-        ));
+        return Err(format!("--shards {:?} must be non-empty and below --shard-count {}", cfg.shards, cfg.shard_count));
     }
     if cfg.role != NodeRole::Standalone && cfg.repl_listen.is_none() {
         return Err("--repl-listen is required for leader and follower roles".into());
     }
     if cfg.role == NodeRole::Leader && cfg.follower_addr.is_none() {
-        return Err(
-            "--follower-addr is required for a leader (use --role standalone for a single copy)"
-                .into(),
-        );
+        return Err("--follower-addr is required for a leader (use --role standalone for a single copy)".into());
     }
-    std::fs::create_dir_all(&cfg.data_dir)
-        .map_err(|e| format!("create {}: {e}", cfg.data_dir.display()))?;
+    std::fs::create_dir_all(&cfg.data_dir).map_err(|e| format!("create {}: {e}", cfg.data_dir.display()))?;
     wal::probe::check_direct_io(&cfg.data_dir)?;
     let client_tls = match &cfg.tls {
         Some(t) => Some(tls::server_config(&t.cert, &t.key, &t.ca)?),
@@ -89,31 +82,22 @@ pub fn serve(cfg: ServeConfig) -> Result<(), String> {
         None => None,
     };
     let repl_client = match repl_tls {
-        Some(t) => Some(Arc::new(corelog_client::tls::client_config(
-            &t.ca,
-            Some((&t.cert, &t.key)),
-        )?)),
+        Some(t) => Some(Arc::new(corelog_client::tls::client_config(&t.ca, Some((&t.cert, &t.key)))?)),
         None => None,
     };
     let ready = Arc::new(AtomicBool::new(false));
     let handle = metrics::install();
     let metrics_addr = match cfg.metrics_listen {
-        Some(a) => Some(
-            metrics::serve(a, handle, ready.clone())
-                .map_err(|e| format!("metrics listen {a}: {e}"))?,
-        ),
+        Some(a) => Some(metrics::serve(a, handle, ready.clone()).map_err(|e| format!("metrics listen {a}: {e}"))?),
         None => None,
     };
-    let ncpu = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1);
+    let ncpu = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     let (tx, rx) = mpsc::channel::<Result<String, String>>();
     let mut joins = Vec::new();
     for &id in &cfg.shards {
         let cfg = cfg.clone();
         let tx = tx.clone();
-        let (client_tls, repl_server, repl_client) =
-            (client_tls.clone(), repl_server.clone(), repl_client.clone());
+        let (client_tls, repl_server, repl_client) = (client_tls.clone(), repl_server.clone(), repl_client.clone());
         let ex = LocalExecutorBuilder::new(Placement::Fixed(id as usize % ncpu))
             .name(&format!("shard-{id}"))
             .io_memory(cfg.io_memory)
@@ -143,20 +127,15 @@ pub fn serve(cfg: ServeConfig) -> Result<(), String> {
         }
     }
     ready.store(true, Ordering::Release);
-    let tls_mode = if cfg.tls.is_some() {
-        "mTLS (userspace rustls; kernel TLS not active)"
-    } else {
-        "PLAINTEXT (--insecure)"
-    };
+    let tls_mode =
+        if cfg.tls.is_some() { "mTLS (userspace rustls; kernel TLS not active)" } else { "PLAINTEXT (--insecure)" };
     eprintln!(
         "corelog: ready: role {:?}, shards {:?} of {}, clients on {} ({tls_mode}), metrics on {}",
         cfg.role,
         cfg.shards,
         cfg.shard_count,
         cfg.listen,
-        metrics_addr
-            .map(|a| a.to_string())
-            .unwrap_or_else(|| "(off)".into())
+        metrics_addr.map(|a| a.to_string()).unwrap_or_else(|| "(off)".into())
     );
     for j in joins {
         let _ = j.join();
@@ -181,11 +160,7 @@ async fn start_shard(
         eprintln!("corelog: shard {id}: {what}");
     }
     let epoch = control::read_epoch(&dir)?;
-    let log = Rc::new(
-        wal::Log::open(&dir, &scan, cfg.segment_bytes)
-            .await
-            .map_err(|e| format!("open log: {e}"))?,
-    );
+    let log = Rc::new(wal::Log::open(&dir, &scan, cfg.segment_bytes).await.map_err(|e| format!("open log: {e}"))?);
     let role = match cfg.role {
         NodeRole::Leader | NodeRole::Standalone => Role::Leader,
         NodeRole::Follower => Role::Follower,
@@ -202,36 +177,20 @@ async fn start_shard(
     let shard = Shard::new(scfg, log, role, epoch, metrics);
     glommio::spawn_local(shard.clone().commit_loop()).detach();
     glommio::spawn_local(shard.clone().deadline_loop()).detach();
-    let shared =
-        listener::bind(cfg.listen, true).map_err(|e| format!("listen {}: {e}", cfg.listen))?;
+    let shared = listener::bind(cfg.listen, true).map_err(|e| format!("listen {}: {e}", cfg.listen))?;
     let direct_addr = port_plus(cfg.listen, 1 + id);
     let direct = listener::bind(direct_addr, false)
         .map_err(|e| format!("listen {direct_addr} (direct port of shard {id}): {e}"))?;
-    glommio::spawn_local(listener::accept_clients(
-        shard.clone(),
-        shared,
-        client_tls.clone(),
-    ))
-    .detach();
+    glommio::spawn_local(listener::accept_clients(shard.clone(), shared, client_tls.clone())).detach();
     glommio::spawn_local(listener::accept_clients(shard.clone(), direct, client_tls)).detach();
     if let Some(base) = cfg.repl_listen {
         let a = port_plus(base, id);
         let l = listener::bind(a, false).map_err(|e| format!("replication listen {a}: {e}"))?;
-        glommio::spawn_local(follower::accept_loop(
-            shard.clone(),
-            l,
-            repl_server,
-            dir.clone(),
-        ))
-        .detach();
+        glommio::spawn_local(follower::accept_loop(shard.clone(), l, repl_server, dir.clone())).detach();
     }
     if cfg.role == NodeRole::Leader {
         let peer = port_plus(cfg.follower_addr.expect("checked in serve"), id);
-        let link = leader::LinkConfig {
-            peer,
-            tls: repl_client,
-            server_name: cfg.follower_name.clone(),
-        };
+        let link = leader::LinkConfig { peer, tls: repl_client, server_name: cfg.follower_name.clone() };
         glommio::spawn_local(leader::run(shard.clone(), link)).detach();
     }
     let line = format!(

@@ -32,11 +32,7 @@ impl Drop for Proc {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        eprintln!(
-            "quickstart: stopped {} (pid {})",
-            self.name,
-            self.child.id()
-        );
+        eprintln!("quickstart: stopped {} (pid {})", self.name, self.child.id());
     }
 }
 
@@ -46,11 +42,7 @@ fn sibling(name: &str) -> Result<PathBuf, String> {
     if p.exists() {
         Ok(p)
     } else {
-        Err(format!(
-            "{} not found next to {} (build the workspace: cargo build --release)",
-            name,
-            me.display()
-        ))
+        Err(format!("{} not found next to {} (build the workspace: cargo build --release)", name, me.display()))
     }
 }
 
@@ -60,10 +52,7 @@ fn wait_healthy(port: u16, p: &mut Proc) -> Result<(), String> {
         if let Ok(Some(st)) = p.child.try_wait() {
             return Err(format!("{} exited during start-up: {st}", p.name));
         }
-        if http_get(port, "/health")
-            .map(|r| r.starts_with("HTTP/1.1 200"))
-            .unwrap_or(false)
-        {
+        if http_get(port, "/health").map(|r| r.starts_with("HTTP/1.1 200")).unwrap_or(false) {
             return Ok(());
         }
         std::thread::sleep(Duration::from_millis(50));
@@ -89,11 +78,7 @@ fn start(exe: &Path, name: &'static str, args: &[String], log: &Path) -> Result<
         .stderr(f)
         .spawn()
         .map_err(|e| format!("start {name}: {e}"))?;
-    eprintln!(
-        "quickstart: started {name} (pid {}), log {}",
-        child.id(),
-        log.display()
-    );
+    eprintln!("quickstart: started {name} (pid {}), log {}", child.id(), log.display());
     Ok(Proc { name, child })
 }
 
@@ -112,58 +97,51 @@ pub fn run(a: Args) -> Result<(), String> {
     crate::certs::generate(&certs, &[])?;
     let c = |f: &str| certs.join(f).display().to_string();
     let p = a.port;
-    let node =
-        |role: &str, dir: &str, listen: u16, repl: u16, metrics: u16, cert: &str| -> Vec<String> {
-            let mut v: Vec<String> = vec![
-                "serve".into(),
-                "--role".into(),
-                role.into(),
-                "--data-dir".into(),
-                root.join(dir).display().to_string(),
-                "--listen".into(),
-                format!("127.0.0.1:{listen}"),
-                "--repl-listen".into(),
-                format!("127.0.0.1:{repl}"),
-                "--metrics-listen".into(),
-                format!("127.0.0.1:{metrics}"),
-                "--cert".into(),
-                c(&format!("{cert}.pem")),
-                "--key".into(),
-                c(&format!("{cert}.key")),
-                "--client-ca".into(),
-                c("ca.pem"),
-                "--segment-bytes".into(),
-                (64u64 << 20).to_string(),
-            ];
-            if role == "leader" {
-                v.extend(["--follower-addr".into(), format!("127.0.0.1:{}", p + 300)]);
-            } else {
-                v.extend(["--leader-addr".into(), format!("127.0.0.1:{p}")]);
-            }
-            v
-        };
+    let node = |role: &str, dir: &str, listen: u16, repl: u16, metrics: u16, cert: &str| -> Vec<String> {
+        let mut v: Vec<String> = vec![
+            "serve".into(),
+            "--role".into(),
+            role.into(),
+            "--data-dir".into(),
+            root.join(dir).display().to_string(),
+            "--listen".into(),
+            format!("127.0.0.1:{listen}"),
+            "--repl-listen".into(),
+            format!("127.0.0.1:{repl}"),
+            "--metrics-listen".into(),
+            format!("127.0.0.1:{metrics}"),
+            "--cert".into(),
+            c(&format!("{cert}.pem")),
+            "--key".into(),
+            c(&format!("{cert}.key")),
+            "--client-ca".into(),
+            c("ca.pem"),
+            "--segment-bytes".into(),
+            (64u64 << 20).to_string(),
+        ];
+        if role == "leader" {
+            v.extend(["--follower-addr".into(), format!("127.0.0.1:{}", p + 300)]);
+        } else {
+            v.extend(["--leader-addr".into(), format!("127.0.0.1:{p}")]);
+        }
+        v
+    };
     let mut follower = start(
         &exe,
         "follower",
-        &node(
-            "follower",
-            "follower",
-            p + 100,
-            p + 300,
-            p + 401,
-            "follower",
-        ),
+        &node("follower", "follower", p + 100, p + 300, p + 401, "follower"),
         &root.join("follower.log"),
     )?;
-    let mut leader = start(
-        &exe,
-        "leader",
-        &node("leader", "leader", p, p + 200, p + 400, "server"),
-        &root.join("leader.log"),
-    )?;
+    let mut leader =
+        start(&exe, "leader", &node("leader", "leader", p, p + 200, p + 400, "server"), &root.join("leader.log"))?;
     wait_healthy(p + 401, &mut follower)?;
     wait_healthy(p + 400, &mut leader)?;
-    println!("quickstart: leader on 127.0.0.1:{p}, follower on 127.0.0.1:{}, mTLS, running {} connections for {} s", p + 100, a.connections, a.seconds);
+    println!(
+        "quickstart: leader on 127.0.0.1:{p}, follower on 127.0.0.1:{}, mTLS, running {} connections for {} s",
+        p + 100,
+        a.connections,
+        a.seconds
+    );
     let st = Command::new(&loadgen)
         .args([
             "run",
@@ -195,18 +173,12 @@ pub fn run(a: Args) -> Result<(), String> {
     }
     println!("quickstart: leader acknowledged {acked} appends in total (metrics)");
     for (name, dir) in [("leader", "leader"), ("follower", "follower")] {
-        println!(
-            "quickstart: corelog inspect {} ({name}):",
-            root.join(dir).display()
-        );
+        println!("quickstart: corelog inspect {} ({name}):", root.join(dir).display());
         let code = crate::inspect::run(&root.join(dir));
         if code != 0 {
             return Err(format!("inspect of the {name} log exited {code}"));
         }
     }
-    println!(
-        "quickstart: data, certificates and logs are in {}",
-        root.display()
-    );
+    println!("quickstart: data, certificates and logs are in {}", root.display());
     Ok(())
 }

@@ -120,13 +120,7 @@ pub struct Shard {
 }
 
 impl Shard {
-    pub fn new(
-        cfg: ShardConfig,
-        log: Rc<Log>,
-        role: Role,
-        epoch: u32,
-        metrics: ShardMetrics,
-    ) -> Rc<Shard> {
+    pub fn new(cfg: ShardConfig, log: Rc<Log>, role: Role, epoch: u32, metrics: ShardMetrics) -> Rc<Shard> {
         let next = log.next_offset();
         Rc::new(Shard {
             cfg,
@@ -170,36 +164,22 @@ impl Shard {
     fn refuse(&self) -> Option<(ErrorCode, String)> {
         match self.role.get() {
             Role::Leader => None,
-            Role::Follower => Some((
-                ErrorCode::NotLeader,
-                self.cfg.leader_addr.clone().unwrap_or_default(),
-            )),
-            Role::Fenced => Some((
-                ErrorCode::Fenced,
-                format!(
-                    "this node was fenced by a higher epoch than {}",
-                    self.epoch.get()
-                ),
-            )),
+            Role::Follower => Some((ErrorCode::NotLeader, self.cfg.leader_addr.clone().unwrap_or_default())),
+            Role::Fenced => {
+                Some((ErrorCode::Fenced, format!("this node was fenced by a higher epoch than {}", self.epoch.get())))
+            }
         }
     }
 
     /// Accepts one append for `conn`: encodes it into the open batch. The answer is
     /// pushed to `conn` once the record is durable on every replica (or fails).
-    pub async fn append(
-        &self,
-        payload: &[u8],
-        conn: &Rc<ConnOut>,
-        req_id: u64,
-    ) -> Result<(), (ErrorCode, String)> {
+    pub async fn append(&self, payload: &[u8], conn: &Rc<ConnOut>, req_id: u64) -> Result<(), (ErrorCode, String)> {
         let len = record::encoded_len(payload.len());
         loop {
             if let Some(e) = self.refuse() {
                 return Err(e);
             }
-            if self.staged_bytes.get() + len <= MAX_STAGED_BYTES
-                && self.unacked_count.get() < MAX_UNACKED
-            {
+            if self.staged_bytes.get() + len <= MAX_STAGED_BYTES && self.unacked_count.get() < MAX_UNACKED {
                 break;
             }
             self.space_ev.wait().await;
@@ -210,11 +190,7 @@ impl Shard {
             Some(b) => b.records.len() + len > MAX_BATCH_BYTES || b.count >= MAX_BATCH_RECORDS,
         };
         if need_new {
-            let cap = if staged.is_empty() {
-                4096
-            } else {
-                MAX_BATCH_BYTES
-            };
+            let cap = if staged.is_empty() { 4096 } else { MAX_BATCH_BYTES };
             staged.push_back(Staged {
                 first_offset: self.next_assign.get(),
                 count: 0,
@@ -224,17 +200,9 @@ impl Shard {
             });
         }
         let b = staged.back_mut().expect("pushed above");
-        record::encode(
-            self.next_assign.get(),
-            self.epoch.get(),
-            payload,
-            &mut b.records,
-        );
+        record::encode(self.next_assign.get(), self.epoch.get(), payload, &mut b.records);
         b.count += 1;
-        b.waiters.push(Waiter {
-            conn: conn.clone(),
-            req_id,
-        });
+        b.waiters.push(Waiter { conn: conn.clone(), req_id });
         conn.inflight.set(conn.inflight.get() + 1);
         self.next_assign.set(self.next_assign.get() + 1);
         self.staged_bytes.set(self.staged_bytes.get() + len);
@@ -246,18 +214,13 @@ impl Shard {
 
     /// Follower side: stage records received from the leader (already verified).
     pub async fn stage_replicated(&self, first_offset: u64, count: u32, records: &[u8]) {
-        assert_eq!(
-            first_offset,
-            self.next_assign.get(),
-            "replicated batch out of order"
-        );
+        assert_eq!(first_offset, self.next_assign.get(), "replicated batch out of order");
         while self.staged_bytes.get() + records.len() > MAX_STAGED_BYTES {
             self.space_ev.wait().await;
         }
         let mut staged = self.staged.borrow_mut();
         let fits = staged.back().is_some_and(|b| {
-            b.records.len() + records.len() <= MAX_BATCH_BYTES
-                && b.count + count <= MAX_BATCH_RECORDS
+            b.records.len() + records.len() <= MAX_BATCH_BYTES && b.count + count <= MAX_BATCH_RECORDS
         });
         if !fits {
             staged.push_back(Staged {
@@ -272,18 +235,14 @@ impl Shard {
         b.records.extend_from_slice(records);
         b.count += count;
         self.next_assign.set(first_offset + count as u64);
-        self.staged_bytes
-            .set(self.staged_bytes.get() + records.len());
+        self.staged_bytes.set(self.staged_bytes.get() + records.len());
         drop(staged);
         self.staged_ev.notify();
     }
 
     /// Drops staged-but-unwritten state and cuts the log (follower rejoin).
     pub async fn truncate(&self, offset: u64) -> std::io::Result<u64> {
-        assert!(
-            self.staged.borrow().is_empty(),
-            "truncate with staged batches"
-        );
+        assert!(self.staged.borrow().is_empty(), "truncate with staged batches");
         let end = self.log.truncate(offset).await?;
         self.next_assign.set(end);
         self.recent.borrow_mut().clear();
@@ -303,26 +262,13 @@ impl Shard {
             let records = Rc::new(b.records);
             if self.role.get() == Role::Leader && !self.cfg.standalone {
                 // Ship while writing locally, not after.
-                self.remember(Recent {
-                    first_offset: b.first_offset,
-                    count: b.count,
-                    epoch,
-                    records: records.clone(),
-                });
+                self.remember(Recent { first_offset: b.first_offset, count: b.count, epoch, records: records.clone() });
                 self.shipped_ev.notify();
             }
             let first_epoch = first_record_epoch(&records);
-            let last_epoch = if self.role.get() == Role::Leader {
-                epoch
-            } else {
-                last_record_epoch(&records)
-            };
+            let last_epoch = if self.role.get() == Role::Leader { epoch } else { last_record_epoch(&records) };
             let t = Instant::now();
-            if let Err(e) = self
-                .log
-                .write_batch(b.count, epoch, &records, first_epoch, last_epoch)
-                .await
-            {
+            if let Err(e) = self.log.write_batch(b.count, epoch, &records, first_epoch, last_epoch).await {
                 crate::fatal(&format!(
                     "shard {}: write/fdatasync of batch at offset {} failed: {e}; stopping without acknowledging it",
                     self.id(),
@@ -333,8 +279,7 @@ impl Shard {
             self.metrics.batches.increment(1);
             self.metrics.batch_records.record(b.count as f64);
             self.metrics.bytes.increment(records.len() as u64);
-            self.staged_bytes
-                .set(self.staged_bytes.get() - records.len());
+            self.staged_bytes.set(self.staged_bytes.get() - records.len());
             if !b.waiters.is_empty() {
                 self.unacked.borrow_mut().push_back(Unacked {
                     first_offset: b.first_offset,
@@ -348,13 +293,11 @@ impl Shard {
 
     fn remember(&self, r: Recent) {
         let mut recent = self.recent.borrow_mut();
-        self.recent_bytes
-            .set(self.recent_bytes.get() + r.records.len());
+        self.recent_bytes.set(self.recent_bytes.get() + r.records.len());
         recent.push_back(r);
         while self.recent_bytes.get() > MAX_RECENT_BYTES && recent.len() > 2 {
             let old = recent.pop_front().expect("len > 2");
-            self.recent_bytes
-                .set(self.recent_bytes.get() - old.records.len());
+            self.recent_bytes.set(self.recent_bytes.get() - old.records.len());
         }
     }
 
@@ -380,16 +323,12 @@ impl Shard {
         }
         drop(unacked);
         if n > 0 {
-            self.unacked_count
-                .set(self.unacked_count.get() - n as usize);
+            self.unacked_count.set(self.unacked_count.get() - n as usize);
             self.metrics.appends.increment(n);
         }
         self.metrics.durable_offset.set(end as f64);
         if !self.cfg.standalone && self.role.get() == Role::Leader {
-            let lag = self
-                .log
-                .next_offset()
-                .saturating_sub(self.follower_next.get());
+            let lag = self.log.next_offset().saturating_sub(self.follower_next.get());
             self.metrics.replication_lag.set(lag as f64);
         }
         self.space_ev.notify();
@@ -411,10 +350,7 @@ impl Shard {
             let (code, msg) = if leading {
                 (ErrorCode::ReplicationTimeout, format!("not confirmed by the follower within {deadline:?}; the write is durable on the leader only and may still appear"))
             } else {
-                (
-                    ErrorCode::Fenced,
-                    "leadership lost before the follower confirmed; outcome unknown".to_string(),
-                )
+                (ErrorCode::Fenced, "leadership lost before the follower confirmed; outcome unknown".to_string())
             };
             for w in u.waiters {
                 w.conn.inflight.set(w.conn.inflight.get() - 1);
@@ -451,9 +387,5 @@ fn first_record_epoch(recs: &[u8]) -> u32 {
 }
 
 fn last_record_epoch(recs: &[u8]) -> u32 {
-    record::Records::new(recs)
-        .flatten()
-        .last()
-        .map(|r| r.epoch)
-        .unwrap_or(0)
+    record::Records::new(recs).flatten().last().map(|r| r.epoch).unwrap_or(0)
 }

@@ -22,10 +22,7 @@ impl Event {
 
     /// Resolves once `notify` has been called after this call.
     pub fn wait(&self) -> EventWait<'_> {
-        EventWait {
-            ev: self,
-            seen: self.generation.get(),
-        }
+        EventWait { ev: self, seen: self.generation.get() }
     }
 }
 

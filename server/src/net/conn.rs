@@ -45,11 +45,7 @@ pub async fn serve(shard: Rc<Shard>, sock: TcpStream, tls: Option<rustls::Connec
 
 type Fail = (ErrorCode, String, u64);
 
-async fn read_loop(
-    shard: &Rc<Shard>,
-    rd: &mut tls_io::Reader,
-    out: &Rc<ConnOut>,
-) -> Result<(), Fail> {
+async fn read_loop(shard: &Rc<Shard>, rd: &mut tls_io::Reader, out: &Rc<ConnOut>) -> Result<(), Fail> {
     let mut said_hello = false;
     loop {
         // Decode every whole frame in the buffer.
@@ -62,16 +58,16 @@ async fn read_loop(
             let req_id = frame.req_id;
             let req = Request::parse(&frame).map_err(|e| (e.code(), e.to_string(), req_id))?;
             if !said_hello && !matches!(req, Request::Hello { .. }) {
-                return Err((
-                    ErrorCode::BadHandshake,
-                    "first frame must be Hello".into(),
-                    req_id,
-                ));
+                return Err((ErrorCode::BadHandshake, "first frame must be Hello".into(), req_id));
             }
             match req {
                 Request::Hello { version } => {
                     if version != PROTOCOL_VERSION {
-                        return Err((ErrorCode::BadVersion, format!("protocol version {version} unsupported; this server speaks {PROTOCOL_VERSION}"), req_id));
+                        return Err((
+                            ErrorCode::BadVersion,
+                            format!("protocol version {version} unsupported; this server speaks {PROTOCOL_VERSION}"),
+                            req_id,
+                        ));
                     }
                     said_hello = true;
                     let r = Response::HelloOk {
@@ -92,11 +88,7 @@ async fn read_loop(
                         out.push_error(req_id, code, &msg);
                     }
                 }
-                Request::Read {
-                    shard: s,
-                    from,
-                    max_bytes,
-                } => {
+                Request::Read { shard: s, from, max_bytes } => {
                     check_shard(shard, s, req_id)?;
                     while out.inflight.get() > 0 {
                         out.drained.wait().await;
@@ -108,13 +100,8 @@ async fn read_loop(
                         .await
                         .map_err(|e| (ErrorCode::Internal, e.to_string(), req_id))?;
                     let next = from.max(shard.log.first_offset()) + count as u64;
-                    Response::Records {
-                        shard: s,
-                        next_offset: next,
-                        count,
-                        records: &recs,
-                    }
-                    .encode(req_id, &mut out.buf.borrow_mut());
+                    Response::Records { shard: s, next_offset: next, count, records: &recs }
+                        .encode(req_id, &mut out.buf.borrow_mut());
                     out.wake.notify();
                 }
                 Request::Tail { shard: s, from } => {
@@ -123,11 +110,7 @@ async fn read_loop(
                     let t = glommio::spawn_local(tail(shard.clone(), out.clone(), from, req_id));
                     // Anything after a Tail is a protocol error; a close ends the tail.
                     let r = match rd.fill().await {
-                        Ok(true) => Err((
-                            ErrorCode::Unexpected,
-                            "no request may follow Tail".into(),
-                            req_id,
-                        )),
+                        Ok(true) => Err((ErrorCode::Unexpected, "no request may follow Tail".into(), req_id)),
                         _ => Ok(()),
                     };
                     out.closed.set(true);
@@ -151,12 +134,12 @@ fn check_shard(shard: &Shard, s: u16, req_id: u64) -> Result<(), Fail> {
         return Ok(());
     }
     let msg = if s < shard.cfg.shard_count {
-        format!("this connection is served by shard {}; shard {s} is served on its direct port (client port + 1 + {s})", shard.id())
-    } else {
         format!(
-            "no shard {s}: the node has {} shard(s)",
-            shard.cfg.shard_count
+            "this connection is served by shard {}; shard {s} is served on its direct port (client port + 1 + {s})",
+            shard.id()
         )
+    } else {
+        format!("no shard {s}: the node has {} shard(s)", shard.cfg.shard_count)
     };
     Err((ErrorCode::NoSuchShard, msg, req_id))
 }
@@ -178,13 +161,8 @@ async fn tail(shard: Rc<Shard>, out: Rc<ConnOut>, from: u64, req_id: u64) {
         match shard.log.read(at, end, TAIL_CHUNK).await {
             Ok((recs, count)) if count > 0 => {
                 at += count as u64;
-                Response::Records {
-                    shard: shard.id(),
-                    next_offset: at,
-                    count,
-                    records: &recs,
-                }
-                .encode(req_id, &mut out.buf.borrow_mut());
+                Response::Records { shard: shard.id(), next_offset: at, count, records: &recs }
+                    .encode(req_id, &mut out.buf.borrow_mut());
                 out.wake.notify();
             }
             Ok(_) => shard.durable_ev.wait().await,

@@ -29,11 +29,7 @@ pub fn bind(addr: SocketAddr, reuse_port: bool) -> std::io::Result<TcpListener> 
 }
 
 /// Accepts client connections forever, one task each, on the calling executor.
-pub async fn accept_clients(
-    shard: Rc<Shard>,
-    listener: TcpListener,
-    tls_cfg: Option<Arc<rustls::ServerConfig>>,
-) {
+pub async fn accept_clients(shard: Rc<Shard>, listener: TcpListener, tls_cfg: Option<Arc<rustls::ServerConfig>>) {
     loop {
         match listener.accept().await {
             Ok(sock) => {

@@ -7,11 +7,7 @@ use std::sync::Arc;
 
 use corelog_client::tls::{load_certs, load_key, provider, root_store};
 
-pub fn server_config(
-    cert: &Path,
-    key: &Path,
-    client_ca: &Path,
-) -> Result<Arc<rustls::ServerConfig>, String> {
+pub fn server_config(cert: &Path, key: &Path, client_ca: &Path) -> Result<Arc<rustls::ServerConfig>, String> {
     let roots = Arc::new(root_store(client_ca)?);
     let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(roots, provider())
         .build()
@@ -28,20 +24,14 @@ pub fn server_config(
 }
 
 pub fn accept(cfg: &Option<Arc<rustls::ServerConfig>>) -> Option<rustls::Connection> {
-    cfg.as_ref().map(|c| {
-        rustls::Connection::Server(
-            rustls::ServerConnection::new(c.clone()).expect("valid server config"),
-        )
-    })
+    cfg.as_ref()
+        .map(|c| rustls::Connection::Server(rustls::ServerConnection::new(c.clone()).expect("valid server config")))
 }
 
-pub fn connect(
-    cfg: &Option<Arc<rustls::ClientConfig>>,
-    name: &str,
-) -> Result<Option<rustls::Connection>, String> {
+pub fn connect(cfg: &Option<Arc<rustls::ClientConfig>>, name: &str) -> Result<Option<rustls::Connection>, String> {
     let Some(c) = cfg else { return Ok(None) };
-    let name = rustls::pki_types::ServerName::try_from(name.to_string())
-        .map_err(|e| format!("server name {name}: {e}"))?;
+    let name =
+        rustls::pki_types::ServerName::try_from(name.to_string()).map_err(|e| format!("server name {name}: {e}"))?;
     let conn = rustls::ClientConnection::new(c.clone(), name).map_err(|e| e.to_string())?;
     Ok(Some(rustls::Connection::Client(conn)))
 }

@@ -30,10 +30,7 @@ pub async fn accept_loop(
         let sock = match listener.accept().await {
             Ok(s) => s,
             Err(e) => {
-                eprintln!(
-                    "corelog: shard {}: replication accept failed: {e}",
-                    shard.id()
-                );
+                eprintln!("corelog: shard {}: replication accept failed: {e}", shard.id());
                 glommio::timer::sleep(std::time::Duration::from_millis(50)).await;
                 continue;
             }
@@ -44,10 +41,7 @@ pub async fn accept_loop(
         glommio::spawn_local(async move {
             let peer = sock.peer_addr().map(|a| a.to_string()).unwrap_or_default();
             if let Err(e) = serve(&shard, sock, t, &g, &dir).await {
-                eprintln!(
-                    "corelog: shard {}: replication from {peer}: {e}",
-                    shard.id()
-                );
+                eprintln!("corelog: shard {}: replication from {peer}: {e}", shard.id());
             }
         })
         .detach();
@@ -56,11 +50,7 @@ pub async fn accept_loop(
 
 async fn refuse(wr: &mut Writer, code: ErrorCode, msg: String) -> String {
     let mut out = Vec::new();
-    Repl::Error {
-        code: code as u16,
-        message: &msg,
-    }
-    .encode(&mut out);
+    Repl::Error { code: code as u16, message: &msg }.encode(&mut out);
     let _ = wr.write(&out).await;
     wr.close().await;
     format!("refused ({code:?}): {msg}")
@@ -81,23 +71,9 @@ async fn serve(
     })?;
     let mut used = 0;
     let leader_epoch = {
-        let f = next_frame(&mut rd, &mut used)
-            .await?
-            .ok_or("closed before Hello")?;
-        let Repl::Hello {
-            version,
-            shard: s,
-            shard_count,
-            epoch,
-            ..
-        } = parse(&f)?
-        else {
-            return Err(refuse(
-                &mut wr,
-                ErrorCode::BadHandshake,
-                "first frame must be Hello".into(),
-            )
-            .await);
+        let f = next_frame(&mut rd, &mut used).await?.ok_or("closed before Hello")?;
+        let Repl::Hello { version, shard: s, shard_count, epoch, .. } = parse(&f)? else {
+            return Err(refuse(&mut wr, ErrorCode::BadHandshake, "first frame must be Hello".into()).await);
         };
         if version != PROTOCOL_VERSION {
             return Err(refuse(
@@ -108,11 +84,8 @@ async fn serve(
             .await);
         }
         if s != shard.id() || shard_count != shard.cfg.shard_count {
-            let msg = format!(
-                "peer shard {s}/{shard_count} does not match ours {}/{}",
-                shard.id(),
-                shard.cfg.shard_count
-            );
+            let msg =
+                format!("peer shard {s}/{shard_count} does not match ours {}/{}", shard.id(), shard.cfg.shard_count);
             return Err(refuse(&mut wr, ErrorCode::BadHandshake, msg).await);
         }
         let mine = shard.epoch.get();
@@ -126,7 +99,10 @@ async fn serve(
         }
         if shard.role.get() != Role::Follower {
             if epoch > mine && shard.role.get() == Role::Leader {
-                eprintln!("corelog: shard {}: FENCED: a leader with epoch {epoch} > ours {mine} dialled us", shard.id());
+                eprintln!(
+                    "corelog: shard {}: FENCED: a leader with epoch {epoch} > ours {mine} dialled us",
+                    shard.id()
+                );
                 shard.role.set(Role::Fenced);
                 shard.role_changed();
             }
@@ -155,16 +131,12 @@ async fn serve(
     .encode(&mut out);
     wr.write(&out).await.map_err(|e| e.to_string())?;
     {
-        let f = next_frame(&mut rd, &mut used)
-            .await?
-            .ok_or("closed before Welcome")?;
+        let f = next_frame(&mut rd, &mut used).await?.ok_or("closed before Welcome")?;
         let Repl::Welcome { epoch, truncate_to } = parse(&f)? else {
             return Err("expected Welcome".into());
         };
         if epoch != leader_epoch {
-            return Err(format!(
-                "Welcome epoch {epoch} differs from Hello epoch {leader_epoch}"
-            ));
+            return Err(format!("Welcome epoch {epoch} differs from Hello epoch {leader_epoch}"));
         }
         if gen.get() != my_gen {
             return Err("superseded by a newer leader connection".into());
@@ -176,20 +148,21 @@ async fn serve(
         }
         if truncate_to < shard.log.next_offset() {
             let before = shard.log.next_offset();
-            let end = shard.truncate(truncate_to).await.unwrap_or_else(|e| {
-                crate::fatal(&format!("shard {}: truncate failed: {e}", shard.id()))
-            });
-            eprintln!("corelog: shard {}: dropped records {end}..{before} the leader does not have (never acknowledged)", shard.id());
+            let end = shard
+                .truncate(truncate_to)
+                .await
+                .unwrap_or_else(|e| crate::fatal(&format!("shard {}: truncate failed: {e}", shard.id())));
+            eprintln!(
+                "corelog: shard {}: dropped records {end}..{before} the leader does not have (never acknowledged)",
+                shard.id()
+            );
         }
     }
     let start = shard.log.next_offset();
     out.clear();
     Repl::Ack { next_offset: start }.encode(&mut out);
     wr.write(&out).await.map_err(|e| e.to_string())?;
-    eprintln!(
-        "corelog: shard {}: following leader at epoch {leader_epoch} from offset {start}",
-        shard.id()
-    );
+    eprintln!("corelog: shard {}: following leader at epoch {leader_epoch} from offset {start}", shard.id());
     let done = Rc::new(Cell::new(false));
     let acker = glommio::spawn_local(ack_loop(shard.clone(), wr, start, done.clone()));
     let r = apply(shard, &mut rd, &mut used, leader_epoch, gen, my_gen).await;
@@ -212,26 +185,14 @@ async fn apply(
             Some(f) => f,
             None => return Err("leader closed the link".into()),
         };
-        let Repl::Batch {
-            epoch: be,
-            first_offset,
-            count,
-            records,
-        } = parse(&f)?
-        else {
+        let Repl::Batch { epoch: be, first_offset, count, records } = parse(&f)? else {
             return Err("expected Batch".into());
         };
         if be != epoch || gen.get() != my_gen || shard.role.get() != Role::Follower {
-            return Err(format!(
-                "stopping: batch epoch {be}, link epoch {epoch}, superseded {}",
-                gen.get() != my_gen
-            ));
+            return Err(format!("stopping: batch epoch {be}, link epoch {epoch}, superseded {}", gen.get() != my_gen));
         }
         if first_offset != shard.assigned() {
-            return Err(format!(
-                "batch at offset {first_offset} but our log continues at {}",
-                shard.assigned()
-            ));
+            return Err(format!("batch at offset {first_offset} but our log continues at {}", shard.assigned()));
         }
         record::verify_run(records, first_offset, count)
             .map_err(|e| format!("corrupt batch at {first_offset}: {e}"))?;

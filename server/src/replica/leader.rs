@@ -40,11 +40,7 @@ pub async fn run(shard: Rc<Shard>, cfg: LinkConfig) {
             Ok(()) => backoff = Duration::from_millis(50),
             Err(e) => {
                 if e != last_err {
-                    eprintln!(
-                        "corelog: shard {}: replication to {}: {e}",
-                        shard.id(),
-                        cfg.peer
-                    );
+                    eprintln!("corelog: shard {}: replication to {}: {e}", shard.id(), cfg.peer);
                     last_err = e;
                 }
             }
@@ -56,24 +52,18 @@ pub async fn run(shard: Rc<Shard>, cfg: LinkConfig) {
 }
 
 fn fence(shard: &Shard, why: &str) -> String {
-    eprintln!(
-        "corelog: shard {}: FENCED: {why}; refusing appends until restarted as follower",
-        shard.id()
-    );
+    eprintln!("corelog: shard {}: FENCED: {why}; refusing appends until restarted as follower", shard.id());
     shard.role.set(Role::Fenced);
     shard.role_changed();
     format!("fenced: {why}")
 }
 
 async fn link_once(shard: &Rc<Shard>, cfg: &LinkConfig) -> Result<(), String> {
-    let sock = TcpStream::connect_timeout(cfg.peer, Duration::from_secs(2))
-        .await
-        .map_err(|e| format!("connect: {e}"))?;
+    let sock =
+        TcpStream::connect_timeout(cfg.peer, Duration::from_secs(2)).await.map_err(|e| format!("connect: {e}"))?;
     let _ = sock.set_nodelay(true);
     let t = tls::connect(&cfg.tls, &cfg.server_name)?;
-    let (mut rd, mut wr) = tls_io::establish(sock, t)
-        .await
-        .map_err(|e| format!("TLS handshake: {e}"))?;
+    let (mut rd, mut wr) = tls_io::establish(sock, t).await.map_err(|e| format!("TLS handshake: {e}"))?;
     let epoch = shard.epoch.get();
     let mut out = Vec::new();
     Repl::Hello {
@@ -88,38 +78,19 @@ async fn link_once(shard: &Rc<Shard>, cfg: &LinkConfig) -> Result<(), String> {
     wr.write(&out).await.map_err(|e| e.to_string())?;
     let mut used = 0;
     let (f_next, f_last_epoch) = {
-        let f = next_frame(&mut rd, &mut used)
-            .await?
-            .ok_or("follower closed during handshake")?;
+        let f = next_frame(&mut rd, &mut used).await?.ok_or("follower closed during handshake")?;
         match parse(&f)? {
-            Repl::Hello {
-                version,
-                shard: s,
-                shard_count,
-                epoch: fe,
-                next_offset,
-                last_epoch,
-            } => {
-                if version != PROTOCOL_VERSION
-                    || s != shard.id()
-                    || shard_count != shard.cfg.shard_count
-                {
+            Repl::Hello { version, shard: s, shard_count, epoch: fe, next_offset, last_epoch } => {
+                if version != PROTOCOL_VERSION || s != shard.id() || shard_count != shard.cfg.shard_count {
                     return Err(format!("follower mismatch: version {version}, shard {s}, shard count {shard_count}"));
                 }
                 if fe > epoch {
-                    return Err(fence(
-                        shard,
-                        &format!("follower has epoch {fe} > ours {epoch}"),
-                    ));
+                    return Err(fence(shard, &format!("follower has epoch {fe} > ours {epoch}")));
                 }
                 (next_offset, last_epoch)
             }
-            Repl::Error { code, message } if code == ErrorCode::Fenced as u16 => {
-                return Err(fence(shard, message))
-            }
-            Repl::Error { code, message } => {
-                return Err(format!("follower refused: {code} {message}"))
-            }
+            Repl::Error { code, message } if code == ErrorCode::Fenced as u16 => return Err(fence(shard, message)),
+            Repl::Error { code, message } => return Err(format!("follower refused: {code} {message}")),
             _ => return Err("unexpected frame from follower during handshake".into()),
         }
     };
@@ -128,16 +99,10 @@ async fn link_once(shard: &Rc<Shard>, cfg: &LinkConfig) -> Result<(), String> {
     Repl::Welcome { epoch, truncate_to }.encode(&mut out);
     wr.write(&out).await.map_err(|e| e.to_string())?;
     let start = {
-        let f = next_frame(&mut rd, &mut used)
-            .await?
-            .ok_or("follower closed during handshake")?;
+        let f = next_frame(&mut rd, &mut used).await?.ok_or("follower closed during handshake")?;
         match parse(&f)? {
             Repl::Ack { next_offset } if next_offset <= truncate_to => next_offset,
-            other => {
-                return Err(format!(
-                    "expected Ack ≤ {truncate_to} after Welcome, got {other:?}"
-                ))
-            }
+            other => return Err(format!("expected Ack ≤ {truncate_to} after Welcome, got {other:?}")),
         }
     };
     eprintln!(
@@ -156,9 +121,7 @@ async fn link_once(shard: &Rc<Shard>, cfg: &LinkConfig) -> Result<(), String> {
             let mut used = used;
             let r: Result<(), String> = async {
                 loop {
-                    let f = next_frame(&mut rd, &mut used)
-                        .await?
-                        .ok_or("follower closed")?;
+                    let f = next_frame(&mut rd, &mut used).await?.ok_or("follower closed")?;
                     match parse(&f)? {
                         Repl::Ack { next_offset } => {
                             if next_offset > shard.follower_next.get() {
@@ -169,9 +132,7 @@ async fn link_once(shard: &Rc<Shard>, cfg: &LinkConfig) -> Result<(), String> {
                         Repl::Error { code, message } if code == ErrorCode::Fenced as u16 => {
                             return Err(fence(&shard, message))
                         }
-                        Repl::Error { code, message } => {
-                            return Err(format!("follower error {code}: {message}"))
-                        }
+                        Repl::Error { code, message } => return Err(format!("follower error {code}: {message}")),
                         other => return Err(format!("unexpected frame from follower: {other:?}")),
                     }
                 }
@@ -190,12 +151,7 @@ async fn link_once(shard: &Rc<Shard>, cfg: &LinkConfig) -> Result<(), String> {
 }
 
 /// Streams records from `cursor` until the link dies or we stop leading.
-async fn ship(
-    shard: &Rc<Shard>,
-    wr: &mut Writer,
-    mut cursor: u64,
-    dead: &Cell<bool>,
-) -> Result<(), String> {
+async fn ship(shard: &Rc<Shard>, wr: &mut Writer, mut cursor: u64, dead: &Cell<bool>) -> Result<(), String> {
     let mut out = Vec::with_capacity(CATCH_UP_CHUNK + 64);
     while !dead.get() {
         if shard.role.get() != Role::Leader {
@@ -204,13 +160,7 @@ async fn ship(
         out.clear();
         let epoch = shard.epoch.get();
         if let Some((first, count, recs, at)) = from_recent(shard, cursor) {
-            Repl::Batch {
-                epoch,
-                first_offset: first,
-                count,
-                records: &recs[at..],
-            }
-            .encode(&mut out);
+            Repl::Batch { epoch, first_offset: first, count, records: &recs[at..] }.encode(&mut out);
             cursor = first + count as u64;
         } else if cursor < shard.log.next_offset() {
             let (recs, count) = shard
@@ -221,13 +171,7 @@ async fn ship(
             if count == 0 {
                 return Err(format!("catch-up read at {cursor} returned nothing"));
             }
-            Repl::Batch {
-                epoch,
-                first_offset: cursor,
-                count,
-                records: &recs,
-            }
-            .encode(&mut out);
+            Repl::Batch { epoch, first_offset: cursor, count, records: &recs }.encode(&mut out);
             cursor += count as u64;
         } else {
             shard.shipped_ev.wait().await;

@@ -16,19 +16,14 @@ use corelog_client::codec::{decode_frame, CodecError, Frame, Repl};
 use crate::net::tls_io::Reader;
 
 /// Reads the next replication frame; `Ok(None)` at a clean end of stream.
-pub async fn next_frame<'a>(
-    rd: &'a mut Reader,
-    consumed: &mut usize,
-) -> Result<Option<Frame<'a>>, String> {
+pub async fn next_frame<'a>(rd: &'a mut Reader, consumed: &mut usize) -> Result<Option<Frame<'a>>, String> {
     rd.consume(std::mem::take(consumed));
     loop {
         // Re-borrow after each fill: decode only once a whole frame is present.
         match decode_frame(rd.data()) {
             Ok(Some((_, used))) => {
                 *consumed = used;
-                let (f, _) = decode_frame(rd.data())
-                    .expect("decoded above")
-                    .expect("whole frame");
+                let (f, _) = decode_frame(rd.data()).expect("decoded above").expect("whole frame");
                 return Ok(Some(f));
             }
             Ok(None) => {}

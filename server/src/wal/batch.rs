@@ -91,12 +91,7 @@ mod tests {
     #[test]
     fn roundtrip_and_padding() {
         let recs = vec![7u8; 100];
-        let h = BatchHeader {
-            first_offset: 3,
-            count: 1,
-            records_len: 100,
-            epoch: 2,
-        };
+        let h = BatchHeader { first_offset: 3, count: 1, records_len: 100, epoch: 2 };
         let mut out = vec![0xAAu8; span(100) as usize];
         encode_into(&h, &recs, &mut out);
         assert_eq!(out.len(), 4096);

@@ -36,22 +36,13 @@ pub struct Log {
 }
 
 async fn open_rw(path: &Path) -> io::Result<DmaFile> {
-    OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .dma_open(path)
-        .await
-        .map_err(io::Error::from)
+    OpenOptions::new().read(true).write(true).create(true).dma_open(path).await.map_err(io::Error::from)
 }
 
 impl Log {
     /// Opens the log described by a (repaired) recovery scan.
     pub async fn open(dir: &Path, scan: &ShardScan, segment_bytes: u64) -> io::Result<Log> {
-        assert!(
-            segment_bytes >= batch::span(batch::MAX_BATCH_BYTES)
-                && segment_bytes % batch::BLOCK == 0
-        );
+        assert!(segment_bytes >= batch::span(batch::MAX_BATCH_BYTES) && segment_bytes % batch::BLOCK == 0);
         let mut segments = Vec::new();
         for s in &scan.segments {
             let file = Rc::new(open_rw(&s.path).await?);
@@ -83,11 +74,7 @@ impl Log {
     }
 
     pub fn first_offset(&self) -> u64 {
-        self.segments
-            .borrow()
-            .first()
-            .map(|s| s.first_offset)
-            .unwrap_or(0)
+        self.segments.borrow().first().map(|s| s.first_offset).unwrap_or(0)
     }
 
     pub fn last_epoch(&self) -> u32 {
@@ -96,12 +83,7 @@ impl Log {
 
     /// First offset written under an epoch greater than `epoch`, or the log end.
     pub fn end_of_epoch(&self, epoch: u32) -> u64 {
-        self.epochs
-            .borrow()
-            .iter()
-            .find(|(e, _)| *e > epoch)
-            .map(|(_, o)| *o)
-            .unwrap_or(self.next_offset())
+        self.epochs.borrow().iter().find(|(e, _)| *e > epoch).map(|(_, o)| *o).unwrap_or(self.next_offset())
     }
 
     pub fn segment_count(&self) -> usize {
@@ -112,9 +94,7 @@ impl Log {
         let first = self.next_offset.get();
         let path = self.dir.join(segment_name(first));
         let file = open_rw(&path).await?;
-        file.pre_allocate(self.segment_bytes, false)
-            .await
-            .map_err(io::Error::from)?;
+        file.pre_allocate(self.segment_bytes, false).await.map_err(io::Error::from)?;
         file.fdatasync().await.map_err(io::Error::from)?;
         sync_dir(&self.dir).map_err(io::Error::other)?;
         self.segments.borrow_mut().push(Segment {
@@ -145,46 +125,20 @@ impl Log {
             self.roll().await?;
         }
         let pos = self.write_pos.get();
-        let file = self
-            .segments
-            .borrow()
-            .last()
-            .expect("a segment")
-            .file
-            .clone();
+        let file = self.segments.borrow().last().expect("a segment").file.clone();
         let mut buf = file.alloc_dma_buffer(span as usize);
-        let h = BatchHeader {
-            first_offset,
-            count,
-            records_len: records.len() as u32,
-            epoch,
-        };
+        let h = BatchHeader { first_offset, count, records_len: records.len() as u32, epoch };
         batch::encode_into(&h, records, buf.as_bytes_mut());
         let n = file.write_at(buf, pos).await.map_err(io::Error::from)?;
         if n as u64 != span {
-            return Err(io::Error::new(
-                io::ErrorKind::WriteZero,
-                format!("short write: {n} of {span} bytes"),
-            ));
+            return Err(io::Error::new(io::ErrorKind::WriteZero, format!("short write: {n} of {span} bytes")));
         }
         file.fdatasync().await.map_err(io::Error::from)?;
         self.write_pos.set(pos + span);
-        let loc = BatchLoc {
-            first_offset,
-            count,
-            pos,
-            records_len: records.len() as u32,
-        };
-        self.segments
-            .borrow_mut()
-            .last_mut()
-            .expect("a segment")
-            .batches
-            .push(loc);
+        let loc = BatchLoc { first_offset, count, pos, records_len: records.len() as u32 };
+        self.segments.borrow_mut().last_mut().expect("a segment").batches.push(loc);
         let mut epochs = self.epochs.borrow_mut();
-        if epochs.last().map(|e| e.0) != Some(first_record_epoch)
-            || first_record_epoch != last_record_epoch
-        {
+        if epochs.last().map(|e| e.0) != Some(first_record_epoch) || first_record_epoch != last_record_epoch {
             for r in record::Records::new(records).flatten() {
                 if epochs.last().map(|e| e.0) != Some(r.epoch) {
                     epochs.push((r.epoch, r.offset));
@@ -198,14 +152,9 @@ impl Log {
     /// Locates the batch holding `offset` (which must be below `next_offset()`).
     fn locate(&self, offset: u64) -> Option<(Rc<DmaFile>, BatchLoc, usize, usize)> {
         let segs = self.segments.borrow();
-        let si = segs
-            .partition_point(|s| s.first_offset <= offset)
-            .checked_sub(1)?;
+        let si = segs.partition_point(|s| s.first_offset <= offset).checked_sub(1)?;
         let s = &segs[si];
-        let bi = s
-            .batches
-            .partition_point(|b| b.first_offset <= offset)
-            .checked_sub(1)?;
+        let bi = s.batches.partition_point(|b| b.first_offset <= offset).checked_sub(1)?;
         let b = s.batches[bi];
         (offset < b.first_offset + b.count as u64).then(|| (s.file.clone(), b, si, bi))
     }
@@ -221,21 +170,21 @@ impl Log {
             let Some((file, b, _, _)) = self.locate(at) else {
                 break;
             };
-            let data = file
-                .read_at(b.pos, BATCH_HEADER_LEN + b.records_len as usize)
-                .await
-                .map_err(io::Error::from)?;
-            let recs = &data[BATCH_HEADER_LEN..];
+            let len = BATCH_HEADER_LEN + b.records_len as usize;
+            let span = batch::span(b.records_len as usize) as usize;
+            let data = file.read_at_aligned(b.pos, span).await.map_err(io::Error::from)?;
+            if data.len() < len {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    format!("short read of batch {}", b.first_offset),
+                ));
+            }
+            let recs = &data[BATCH_HEADER_LEN..len];
             let mut p = 0;
             for r in record::Records::new(recs) {
-                let r = r.map_err(|e| {
-                    io::Error::new(io::ErrorKind::InvalidData, format!("record {at}: {e}"))
-                })?;
+                let r = r.map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("record {at}: {e}")))?;
                 let len = record::encoded_len(r.payload.len());
-                if r.offset >= at
-                    && r.offset < upto
-                    && (out.is_empty() || out.len() + len <= max_bytes)
-                {
+                if r.offset >= at && r.offset < upto && (out.is_empty() || out.len() + len <= max_bytes) {
                     out.extend_from_slice(&recs[p..p + len]);
                     count += 1;
                     at = r.offset + 1;
@@ -261,20 +210,11 @@ impl Log {
             None => {
                 // Before the first batch: keep an empty first segment.
                 let f = self.segments.borrow()[0].file.clone();
-                let b = BatchLoc {
-                    first_offset: self.first_offset(),
-                    count: 0,
-                    pos: 0,
-                    records_len: 0,
-                };
+                let b = BatchLoc { first_offset: self.first_offset(), count: 0, pos: 0, records_len: 0 };
                 (f, b, 0, 0)
             }
         };
-        let end = if si + 1 == self.segment_count() {
-            self.write_pos.get()
-        } else {
-            self.segment_bytes
-        };
+        let end = if si + 1 == self.segment_count() { self.write_pos.get() } else { self.segment_bytes };
         zero_range(&file, b.pos, end).await?;
         file.fdatasync().await.map_err(io::Error::from)?;
         let removed: Vec<Segment> = self.segments.borrow_mut().drain(si + 1..).collect();
@@ -285,9 +225,7 @@ impl Log {
         self.segments.borrow_mut()[si].batches.truncate(bi);
         self.write_pos.set(b.pos);
         self.next_offset.set(b.first_offset);
-        self.epochs
-            .borrow_mut()
-            .retain(|(_, o)| *o < b.first_offset);
+        self.epochs.borrow_mut().retain(|(_, o)| *o < b.first_offset);
         Ok(b.first_offset)
     }
 }

@@ -10,15 +10,10 @@ const OVERLAYFS_MAGIC: i64 = 0x794c_7630;
 const RAMFS_MAGIC: i64 = 0x8584_58f6;
 
 pub fn check_direct_io(dir: &Path) -> Result<(), String> {
-    let c =
-        std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).map_err(|e| e.to_string())?;
+    let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).map_err(|e| e.to_string())?;
     let mut st: libc::statfs = unsafe { std::mem::zeroed() };
     if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
-        return Err(format!(
-            "statfs {}: {}",
-            dir.display(),
-            std::io::Error::last_os_error()
-        ));
+        return Err(format!("statfs {}: {}", dir.display(), std::io::Error::last_os_error()));
     }
     let kind = match st.f_type as i64 {
         TMPFS_MAGIC => Some("tmpfs"),
@@ -50,5 +45,10 @@ pub fn check_direct_io(dir: &Path) -> Result<(), String> {
         f.sync_data()
     })();
     let _ = std::fs::remove_file(&probe);
-    res.map_err(|e| format!("data dir {} does not honour O_DIRECT ({e}): corelog needs a real block-device filesystem", dir.display()))
+    res.map_err(|e| {
+        format!(
+            "data dir {} does not honour O_DIRECT ({e}): corelog needs a real block-device filesystem",
+            dir.display()
+        )
+    })
 }

@@ -32,10 +32,7 @@ pub struct SegmentInfo {
 
 impl SegmentInfo {
     pub fn end_pos(&self) -> u64 {
-        self.batches
-            .last()
-            .map(|b| b.pos + batch::span(b.records_len as usize))
-            .unwrap_or(0)
+        self.batches.last().map(|b| b.pos + batch::span(b.records_len as usize)).unwrap_or(0)
     }
 }
 
@@ -74,12 +71,7 @@ impl ShardScan {
 #[derive(Debug)]
 pub enum ScanError {
     Io(String),
-    Corrupt {
-        shard: u16,
-        segment: PathBuf,
-        pos: u64,
-        reason: String,
-    },
+    Corrupt { shard: u16, segment: PathBuf, pos: u64, reason: String },
 }
 
 impl std::fmt::Display for ScanError {
@@ -100,8 +92,7 @@ pub fn segment_name(first_offset: u64) -> String {
 }
 
 fn list_segments(dir: &Path) -> Result<Vec<(u64, PathBuf)>, ScanError> {
-    let rd = std::fs::read_dir(dir)
-        .map_err(|e| ScanError::Io(format!("read {}: {e}", dir.display())))?;
+    let rd = std::fs::read_dir(dir).map_err(|e| ScanError::Io(format!("read {}: {e}", dir.display())))?;
     let mut v = Vec::new();
     for ent in rd {
         let ent = ent.map_err(|e| ScanError::Io(e.to_string()))?;
@@ -117,47 +108,32 @@ fn list_segments(dir: &Path) -> Result<Vec<(u64, PathBuf)>, ScanError> {
 }
 
 fn map(path: &Path) -> Result<Option<memmap2::Mmap>, ScanError> {
-    let f = std::fs::File::open(path)
-        .map_err(|e| ScanError::Io(format!("open {}: {e}", path.display())))?;
-    let len = f
-        .metadata()
-        .map_err(|e| ScanError::Io(e.to_string()))?
-        .len();
+    let f = std::fs::File::open(path).map_err(|e| ScanError::Io(format!("open {}: {e}", path.display())))?;
+    let len = f.metadata().map_err(|e| ScanError::Io(e.to_string()))?.len();
     if len == 0 {
         return Ok(None);
     }
     // SAFETY: the file is not modified while mapped (the server owns the directory; the
     // scan runs before any writer starts, and inspect is documented as offline).
-    let m = unsafe { memmap2::Mmap::map(&f) }
-        .map_err(|e| ScanError::Io(format!("mmap {}: {e}", path.display())))?;
+    let m = unsafe { memmap2::Mmap::map(&f) }.map_err(|e| ScanError::Io(format!("mmap {}: {e}", path.display())))?;
     Ok(Some(m))
 }
 
 /// Scans the shard directory. Does not modify anything.
 pub fn scan(shard: u16, dir: &Path) -> Result<ShardScan, ScanError> {
     let files = list_segments(dir)?;
-    let mut out = ShardScan {
-        shard,
-        segments: Vec::new(),
-        next_offset: 0,
-        records: 0,
-        epochs: Vec::new(),
-        torn: None,
-    };
+    let mut out = ShardScan { shard, segments: Vec::new(), next_offset: 0, records: 0, epochs: Vec::new(), torn: None };
     if let Some((first, _)) = files.first() {
         out.next_offset = *first;
     }
     // (segment index in `files`, position) of the first invalid block, if any.
     let mut end: Option<(usize, u64)> = None;
+    let mut stale_name = false;
     for (i, (first, path)) in files.iter().enumerate() {
         let mm = map(path)?;
         let data: &[u8] = mm.as_deref().unwrap_or(&[]);
-        let mut seg = SegmentInfo {
-            path: path.clone(),
-            first_offset: *first,
-            len: data.len() as u64,
-            batches: Vec::new(),
-        };
+        let mut seg =
+            SegmentInfo { path: path.clone(), first_offset: *first, len: data.len() as u64, batches: Vec::new() };
         if *first != out.next_offset {
             // A segment must start where the previous one ended. An all-zero one is a
             // roll-over interrupted by a crash; anything else is damage.
@@ -166,13 +142,11 @@ pub fn scan(shard: u16, dir: &Path) -> Result<ShardScan, ScanError> {
                     shard,
                     segment: path.clone(),
                     pos: 0,
-                    reason: format!(
-                        "segment name says offset {first} but the log continues at {}",
-                        out.next_offset
-                    ),
+                    reason: format!("segment name says offset {first} but the log continues at {}", out.next_offset),
                 });
             }
             end = Some((i, 0));
+            stale_name = true;
             out.segments.push(seg);
             break;
         }
@@ -181,16 +155,13 @@ pub fn scan(shard: u16, dir: &Path) -> Result<ShardScan, ScanError> {
             let at = &data[pos as usize..];
             match batch::decode(at) {
                 Some(h) if h.first_offset == out.next_offset => {
-                    let recs = &at
-                        [batch::BATCH_HEADER_LEN..batch::BATCH_HEADER_LEN + h.records_len as usize];
+                    let recs = &at[batch::BATCH_HEADER_LEN..batch::BATCH_HEADER_LEN + h.records_len as usize];
                     let last_epoch =
-                        record::verify_run(recs, h.first_offset, h.count).map_err(|e| {
-                            ScanError::Corrupt {
-                                shard,
-                                segment: path.clone(),
-                                pos,
-                                reason: format!("batch CRC valid but records invalid: {e}"),
-                            }
+                        record::verify_run(recs, h.first_offset, h.count).map_err(|e| ScanError::Corrupt {
+                            shard,
+                            segment: path.clone(),
+                            pos,
+                            reason: format!("batch CRC valid but records invalid: {e}"),
                         })?;
                     note_epochs(&mut out.epochs, recs, h.count, last_epoch);
                     seg.batches.push(BatchLoc {
@@ -225,7 +196,7 @@ pub fn scan(shard: u16, dir: &Path) -> Result<ShardScan, ScanError> {
         out.torn = check_tail(shard, &files, i, pos)?;
         // Segments after the end hold nothing valid (checked above): not part of the log.
         out.segments.truncate(i + 1);
-        if out.segments[i].first_offset != out.next_offset {
+        if stale_name {
             // An all-zero segment whose name does not continue the log: remove it too.
             let stale = out.segments.pop().expect("segment i exists").path;
             let t = out.torn.get_or_insert(Torn {
@@ -242,9 +213,7 @@ pub fn scan(shard: u16, dir: &Path) -> Result<ShardScan, ScanError> {
 
 /// Records the epochs seen in a run of records (cheap: only when the epoch changes).
 fn note_epochs(epochs: &mut Vec<(u32, u64)>, recs: &[u8], count: u32, last_epoch: u32) {
-    if count == 0
-        || epochs.last().map(|e| e.0) == Some(last_epoch) && first_epoch(recs) == last_epoch
-    {
+    if count == 0 || epochs.last().map(|e| e.0) == Some(last_epoch) && first_epoch(recs) == last_epoch {
         return;
     }
     for r in record::Records::new(recs).flatten() {
@@ -268,18 +237,8 @@ fn tail_is_zero(b: &[u8]) -> bool {
 
 /// After the end at (segment i, pos): any valid batch later means mid-log corruption.
 /// Otherwise returns the dirty range to zero, if any.
-fn check_tail(
-    shard: u16,
-    files: &[(u64, PathBuf)],
-    i: usize,
-    pos: u64,
-) -> Result<Option<Torn>, ScanError> {
-    let mut torn = Torn {
-        segment: files[i].1.clone(),
-        pos,
-        dirty_end: pos,
-        empty_segments: Vec::new(),
-    };
+fn check_tail(shard: u16, files: &[(u64, PathBuf)], i: usize, pos: u64) -> Result<Option<Torn>, ScanError> {
+    let mut torn = Torn { segment: files[i].1.clone(), pos, dirty_end: pos, empty_segments: Vec::new() };
     for (j, (_, path)) in files.iter().enumerate().skip(i) {
         let mm = map(path)?;
         let data: &[u8] = mm.as_deref().unwrap_or(&[]);
@@ -313,8 +272,7 @@ fn check_tail(
                 shard,
                 segment: path.clone(),
                 pos: 0,
-                reason: "segment after the end of the log holds non-zero bytes but no valid batch"
-                    .into(),
+                reason: "segment after the end of the log holds non-zero bytes but no valid batch".into(),
             });
         }
     }
@@ -332,10 +290,8 @@ pub fn repair(t: &Torn) -> Result<String, String> {
             .open(&t.segment)
             .map_err(|e| format!("open {}: {e}", t.segment.display()))?;
         let zeros = vec![0u8; (t.dirty_end - t.pos) as usize];
-        f.write_all_at(&zeros, t.pos)
-            .map_err(|e| format!("zero torn tail of {}: {e}", t.segment.display()))?;
-        f.sync_data()
-            .map_err(|e| format!("fdatasync {}: {e}", t.segment.display()))?;
+        f.write_all_at(&zeros, t.pos).map_err(|e| format!("zero torn tail of {}: {e}", t.segment.display()))?;
+        f.sync_data().map_err(|e| format!("fdatasync {}: {e}", t.segment.display()))?;
     }
     for p in &t.empty_segments {
         std::fs::remove_file(p).map_err(|e| format!("remove {}: {e}", p.display()))?;
@@ -353,7 +309,5 @@ pub fn repair(t: &Torn) -> Result<String, String> {
 }
 
 pub fn sync_dir(dir: &Path) -> Result<(), String> {
-    std::fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| format!("fsync directory {}: {e}", dir.display()))
+    std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(|e| format!("fsync directory {}: {e}", dir.display()))
 }

@@ -1,0 +1,333 @@
+//! One load-generating process: `cores` pinned glommio executors, each holding its share
+//! of the connections. Closed loop (each connection one append in flight) or open loop
+//! (`rate` appends/s in total, latency measured from the intended send time, so a stall
+//! shows up in the percentiles instead of hiding in fewer samples).
+
+use std::cell::{Cell, RefCell};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use corelog_client::codec::{self, decode_frame, ErrorCode, Request, Response, PROTOCOL_VERSION};
+use corelog_server::net::tls_io::{self, Reader, Writer};
+use glommio::net::TcpStream;
+use glommio::{LocalExecutorBuilder, Placement};
+use hdrhistogram::Histogram;
+
+/// Connections one executor opens concurrently (the server's accept backlog is 4096).
+const CONNECT_CONCURRENCY: usize = 256;
+/// Highest latency the histograms track (values above are clamped), in µs.
+pub const HIST_MAX_US: u64 = 120_000_000;
+
+pub fn new_hist() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, HIST_MAX_US, 3).expect("static bounds")
+}
+
+#[derive(Clone)]
+pub struct RunConfig {
+    pub target: SocketAddr,
+    pub connections: usize,
+    pub cores: usize,
+    pub warmup: Duration,
+    pub duration: Duration,
+    pub payload_bytes: usize,
+    /// Open loop: total appends/s; None = closed loop.
+    pub rate: Option<f64>,
+    pub tls: Option<Arc<rustls::ClientConfig>>,
+    pub server_name: String,
+    pub source_ips: u8,
+    pub timeout: Duration,
+    pub connect_deadline: Duration,
+}
+
+#[derive(Default)]
+pub struct Outcome {
+    pub hist: Option<Histogram<u64>>,
+    pub acked: u64,
+    pub errors: u64,
+    pub error_codes: Vec<(u16, u64)>,
+    pub timeouts: u64,
+    pub connect_failures: u64,
+    pub connected: u64,
+    pub window: Duration,
+}
+
+/// State shared by the executors of this process.
+struct Global {
+    connected: AtomicUsize,
+    finished_connecting: AtomicUsize,
+    go: AtomicBool,
+    start: Mutex<Option<Instant>>,
+    connect_failures: AtomicU64,
+}
+
+struct Local {
+    hist: RefCell<Histogram<u64>>,
+    acked: Cell<u64>,
+    errors: RefCell<Vec<(u16, u64)>>,
+    timeouts: Cell<u64>,
+}
+
+pub fn run(cfg: RunConfig) -> Result<Outcome, String> {
+    let g = Arc::new(Global {
+        connected: AtomicUsize::new(0),
+        finished_connecting: AtomicUsize::new(0),
+        go: AtomicBool::new(false),
+        start: Mutex::new(None),
+        connect_failures: AtomicU64::new(0),
+    });
+    let ncpu = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let mut joins = Vec::new();
+    for core in 0..cfg.cores {
+        let (cfg, g) = (cfg.clone(), g.clone());
+        let share = cfg.connections / cfg.cores + usize::from(core < cfg.connections % cfg.cores);
+        let first = core * (cfg.connections / cfg.cores) + core.min(cfg.connections % cfg.cores);
+        let h = LocalExecutorBuilder::new(Placement::Fixed(core % ncpu))
+            .name(&format!("loadgen-{core}"))
+            .io_memory(128 * 1024)
+            .spawn(move || async move { executor(cfg, g, first, share).await })
+            .map_err(|e| format!("start executor: {e}"))?;
+        joins.push(h);
+    }
+    // Wait for every executor to finish connecting, then start the clock.
+    let deadline = Instant::now() + cfg.connect_deadline + Duration::from_secs(5);
+    let mut last_print = Instant::now();
+    while g.finished_connecting.load(Ordering::Acquire) < cfg.cores && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+        if last_print.elapsed() > Duration::from_secs(2) {
+            eprintln!("loadgen: connected {}/{}", g.connected.load(Ordering::Relaxed), cfg.connections);
+            last_print = Instant::now();
+        }
+    }
+    *g.start.lock().unwrap() = Some(Instant::now());
+    g.go.store(true, Ordering::Release);
+    let mut out = Outcome { hist: Some(new_hist()), window: cfg.duration, ..Default::default() };
+    let mut codes: std::collections::BTreeMap<u16, u64> = Default::default();
+    for j in joins {
+        let (h, acked, errs, timeouts) = j.join().map_err(|e| format!("executor failed: {e}"))?;
+        out.hist.as_mut().unwrap().add(&h).map_err(|e| format!("merge: {e:?}"))?;
+        out.acked += acked;
+        out.timeouts += timeouts;
+        for (c, n) in errs {
+            *codes.entry(c).or_default() += n;
+            out.errors += n;
+        }
+    }
+    out.error_codes = codes.into_iter().collect();
+    out.connect_failures = g.connect_failures.load(Ordering::Relaxed);
+    out.connected = g.connected.load(Ordering::Relaxed) as u64;
+    Ok(out)
+}
+
+type ExecResult = (Histogram<u64>, u64, Vec<(u16, u64)>, u64);
+
+async fn executor(cfg: RunConfig, g: Arc<Global>, first: usize, share: usize) -> ExecResult {
+    let local = Rc::new(Local {
+        hist: RefCell::new(new_hist()),
+        acked: Cell::new(0),
+        errors: Default::default(),
+        timeouts: Cell::new(0),
+    });
+    let conns: Rc<RefCell<Vec<(Reader, Writer, usize)>>> = Rc::default();
+    // Connect in waves of CONNECT_CONCURRENCY.
+    let connect_until = Instant::now() + cfg.connect_deadline;
+    let mut idx = first;
+    while idx < first + share {
+        let wave: Vec<_> = (idx..(idx + CONNECT_CONCURRENCY).min(first + share))
+            .map(|i| {
+                let (cfg, g, conns) = (cfg.clone(), g.clone(), conns.clone());
+                glommio::spawn_local(async move {
+                    if Instant::now() > connect_until {
+                        g.connect_failures.fetch_add(1, Ordering::Relaxed);
+                        return;
+                    }
+                    match connect(&cfg, i).await {
+                        Ok((r, w)) => {
+                            g.connected.fetch_add(1, Ordering::Relaxed);
+                            conns.borrow_mut().push((r, w, i));
+                        }
+                        Err(e) => {
+                            if g.connect_failures.fetch_add(1, Ordering::Relaxed) < 3 {
+                                eprintln!("loadgen: connection {i}: {e}");
+                            }
+                        }
+                    }
+                })
+            })
+            .collect();
+        idx += wave.len();
+        for t in wave {
+            t.await;
+        }
+    }
+    g.finished_connecting.fetch_add(1, Ordering::AcqRel);
+    while !g.go.load(Ordering::Acquire) {
+        glommio::timer::sleep(Duration::from_millis(2)).await;
+    }
+    let start = g.start.lock().unwrap().expect("set before go");
+    let measure_from = start + cfg.warmup;
+    let measure_to = measure_from + cfg.duration;
+    let n_total = cfg.connections.max(1);
+    let tasks: Vec<_> = conns
+        .borrow_mut()
+        .drain(..)
+        .map(|(r, w, i)| {
+            let (cfg, local) = (cfg.clone(), local.clone());
+            // Open loop: connection i sends every n_total/rate seconds, phase-shifted.
+            let schedule = cfg.rate.map(|rate| {
+                let interval = Duration::from_secs_f64(n_total as f64 / rate);
+                (interval, start + interval.mul_f64(i as f64 / n_total as f64))
+            });
+            glommio::spawn_local(drive(r, w, cfg, local, schedule, measure_from, measure_to))
+        })
+        .collect();
+    for t in tasks {
+        t.await;
+    }
+    let errs = local.errors.borrow().clone();
+    let h = local.hist.borrow().clone();
+    (h, local.acked.get(), errs, local.timeouts.get())
+}
+
+async fn connect(cfg: &RunConfig, i: usize) -> Result<(Reader, Writer), String> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let sk =
+        Socket::new(Domain::for_address(cfg.target), Type::STREAM, Some(Protocol::TCP)).map_err(|e| e.to_string())?;
+    if let IpAddr::V4(ip) = cfg.target.ip() {
+        if ip.is_loopback() && cfg.source_ips > 1 {
+            // One source address reaches only ~28k ports of one destination: spread.
+            let src = Ipv4Addr::new(127, 0, 0, 1 + (i % cfg.source_ips as usize) as u8);
+            let one: libc::c_int = 1;
+            // SAFETY: valid fd and option value.
+            unsafe {
+                libc::setsockopt(
+                    std::os::fd::AsRawFd::as_raw_fd(&sk),
+                    libc::IPPROTO_IP,
+                    libc::IP_BIND_ADDRESS_NO_PORT,
+                    &one as *const _ as *const libc::c_void,
+                    std::mem::size_of_val(&one) as libc::socklen_t,
+                )
+            };
+            sk.bind(&SocketAddr::new(IpAddr::V4(src), 0).into()).map_err(|e| format!("bind {src}: {e}"))?;
+        }
+    }
+    sk.set_nodelay(true).map_err(|e| e.to_string())?;
+    sk.set_nonblocking(true).map_err(|e| e.to_string())?;
+    match sk.connect(&cfg.target.into()) {
+        Ok(()) => {}
+        Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}
+        Err(e) => return Err(format!("connect {}: {e}", cfg.target)),
+    }
+    // The first write (ClientHello or Hello) waits for the connection to complete.
+    // SAFETY: we hand the connected-or-connecting socket's fd over to glommio.
+    let sock = unsafe { <TcpStream as std::os::fd::FromRawFd>::from_raw_fd(std::os::fd::IntoRawFd::into_raw_fd(sk)) };
+    let tls = match &cfg.tls {
+        Some(c) => {
+            let name = rustls::pki_types::ServerName::try_from(cfg.server_name.clone()).map_err(|e| e.to_string())?;
+            Some(rustls::Connection::Client(rustls::ClientConnection::new(c.clone(), name).map_err(|e| e.to_string())?))
+        }
+        None => None,
+    };
+    let (mut r, mut w) = tls_io::establish(sock, tls).await.map_err(|e| format!("handshake: {e}"))?;
+    let mut hello = Vec::new();
+    Request::Hello { version: PROTOCOL_VERSION }.encode(0, &mut hello);
+    w.write(&hello).await.map_err(|e| e.to_string())?;
+    match next(&mut r).await? {
+        (codec::op::HELLO_OK, _) => Ok((r, w)),
+        (_, Some((code, msg))) => Err(format!("server refused: {code} {msg}")),
+        (op, None) => Err(format!("unexpected opcode 0x{op:02x} to Hello")),
+    }
+}
+
+/// Reads one response frame: (op, error code + message if it is an Error).
+async fn next(r: &mut Reader) -> Result<(u8, Option<(u16, String)>), String> {
+    loop {
+        if let Some((f, used)) = decode_frame(r.data()).map_err(|e| e.to_string())? {
+            let op = f.op;
+            let err = match Response::parse(&f) {
+                Ok(Response::Error { code, message }) => Some((code, message.to_string())),
+                Ok(_) => None,
+                Err(e) => return Err(e.to_string()),
+            };
+            r.consume(used);
+            return Ok((op, err));
+        }
+        if !r.fill().await.map_err(|e| e.to_string())? {
+            return Err("server closed the connection".into());
+        }
+    }
+}
+
+async fn drive(
+    mut r: Reader,
+    mut w: Writer,
+    cfg: RunConfig,
+    local: Rc<Local>,
+    schedule: Option<(Duration, Instant)>,
+    measure_from: Instant,
+    measure_to: Instant,
+) {
+    let payload = vec![b'x'; cfg.payload_bytes];
+    let mut frame = Vec::with_capacity(payload.len() + 16);
+    let mut req_id = 0u64;
+    let mut intended = schedule.map(|s| s.1);
+    loop {
+        let now = Instant::now();
+        if now >= measure_to {
+            break;
+        }
+        // Open loop: wait for the intended send time; latency counts from it.
+        let t0 = match (schedule, intended) {
+            (Some((interval, _)), Some(at)) => {
+                if at > now {
+                    glommio::timer::sleep(at - now).await;
+                }
+                intended = Some(at + interval);
+                at
+            }
+            _ => now,
+        };
+        if t0 >= measure_to {
+            break;
+        }
+        frame.clear();
+        req_id += 1;
+        codec::encode_append(req_id, &payload, &mut frame);
+        if w.write(&frame).await.is_err() {
+            local.timeouts.set(local.timeouts.get() + 1);
+            return;
+        }
+        let res = glommio::timer::timeout(cfg.timeout, async {
+            next(&mut r).await.map_err(|s| glommio::GlommioError::IoError(std::io::Error::other(s)))
+        })
+        .await;
+        let done = Instant::now();
+        match res {
+            Ok((codec::op::APPENDED, _)) => {
+                if t0 >= measure_from {
+                    let us = (done - t0).as_micros().clamp(1, HIST_MAX_US as u128) as u64;
+                    local.hist.borrow_mut().record(us).expect("clamped to bounds");
+                    local.acked.set(local.acked.get() + 1);
+                }
+            }
+            Ok((_, Some((code, _)))) => {
+                if t0 >= measure_from {
+                    let mut e = local.errors.borrow_mut();
+                    match e.iter_mut().find(|(c, _)| *c == code) {
+                        Some(x) => x.1 += 1,
+                        None => e.push((code, 1)),
+                    }
+                }
+                if code != ErrorCode::ReplicationTimeout as u16 && code != ErrorCode::Overloaded as u16 {
+                    return;
+                }
+            }
+            Ok(_) | Err(_) => {
+                local.timeouts.set(local.timeouts.get() + 1);
+                return;
+            }
+        }
+    }
+}
