@@ -1,0 +1,193 @@
+//! Fuzz target `codec`: arbitrary bytes through the sans-IO wire codec and the record
+//! decoder. Run from `client/fuzz`:
+//!
+//! ```text
+//! cargo +nightly fuzz run codec -- -max_total_time=600 -max_len=4096
+//! ```
+//!
+//! What it checks, besides "never panics":
+//! - `decode_frame` cuts frames that lie inside the input and whose length matches;
+//!   the input is consumed frame after frame, like a connection's read buffer.
+//! - every frame goes through `Request::parse`, `Response::parse` and `Repl::parse`;
+//!   whatever parses is re-encoded, and `parse(decode_frame(encode(x))) == x`. The
+//!   encodings are canonical, so the re-encoded bytes must equal the input frame
+//!   (`Repl` frames always carry `req_id` 0; `Error` messages over 1 KiB are cut).
+//! - `record::decode`, `record::Records` and `record::verify_run` on the whole input and
+//!   on every `Records` / `Repl::Batch` body; decoded records re-encode to the same bytes.
+
+#![no_main]
+
+use corelog_client::codec::{decode_frame, Frame, Repl, Request, Response, FRAME_HEADER_LEN, MAX_FRAME};
+use corelog_client::record::{self, RecordRef, Records, RECORD_HEADER_LEN};
+use libfuzzer_sys::fuzz_target;
+
+/// Longest `Error` message the encoder keeps (it cuts on a char boundary).
+const MAX_ERROR_MESSAGE: usize = 1024;
+
+fn check_request(f: &Frame<'_>, wire: &[u8]) {
+    let req = match Request::parse(f) {
+        Ok(r) => r,
+        Err(e) => {
+            let _ = (e.code(), e.to_string());
+            return;
+        }
+    };
+    let mut out = Vec::new();
+    req.encode(f.req_id, &mut out);
+    let (f2, used) = decode_frame(&out).expect("re-encoded request decodes").expect("whole frame");
+    assert_eq!(used, out.len(), "re-encoded request: frame length");
+    assert_eq!(f2.req_id, f.req_id, "re-encoded request: req_id");
+    assert_eq!(Request::parse(&f2).expect("re-encoded request parses"), req, "decode(encode(x)) != x");
+    assert_eq!(out, wire, "request encoding is not canonical");
+}
+
+fn check_error_message(original: &str, reencoded: &str) {
+    if original.len() <= MAX_ERROR_MESSAGE {
+        assert_eq!(original, reencoded, "error message changed");
+    } else {
+        assert!(reencoded.len() <= MAX_ERROR_MESSAGE && reencoded.len() + 4 > MAX_ERROR_MESSAGE);
+        assert!(original.starts_with(reencoded), "error message not cut to a prefix");
+    }
+}
+
+fn check_records_body(records: &[u8], first: u64, count: u32) {
+    walk_records(records);
+    let _ = record::verify_run(records, first, count);
+}
+
+fn check_response(f: &Frame<'_>, wire: &[u8]) {
+    let resp = match Response::parse(f) {
+        Ok(r) => r,
+        Err(e) => {
+            let _ = (e.code(), e.to_string());
+            return;
+        }
+    };
+    if let Response::Records { next_offset, count, records, .. } = &resp {
+        check_records_body(records, next_offset.wrapping_sub(*count as u64), *count);
+    }
+    let mut out = Vec::new();
+    resp.encode(f.req_id, &mut out);
+    let (f2, used) = decode_frame(&out).expect("re-encoded response decodes").expect("whole frame");
+    assert_eq!(used, out.len());
+    assert_eq!(f2.req_id, f.req_id);
+    let again = Response::parse(&f2).expect("re-encoded response parses");
+    match (&resp, &again) {
+        (Response::Error { code: c1, message: m1 }, Response::Error { code: c2, message: m2 }) => {
+            assert_eq!(c1, c2);
+            check_error_message(m1, m2);
+            if m1.len() <= MAX_ERROR_MESSAGE {
+                assert_eq!(out, wire, "error response encoding is not canonical");
+            }
+        }
+        _ => {
+            assert_eq!(again, resp, "decode(encode(x)) != x");
+            assert_eq!(out, wire, "response encoding is not canonical");
+        }
+    }
+}
+
+fn check_repl(f: &Frame<'_>, wire: &[u8]) {
+    let repl = match Repl::parse(f) {
+        Ok(r) => r,
+        Err(e) => {
+            let _ = (e.code(), e.to_string());
+            return;
+        }
+    };
+    if let Repl::Batch { first_offset, count, records, .. } = &repl {
+        // Exactly what a follower runs on a received batch.
+        check_records_body(records, *first_offset, *count);
+    }
+    let mut out = Vec::new();
+    repl.encode(&mut out);
+    let (f2, used) = decode_frame(&out).expect("re-encoded repl frame decodes").expect("whole frame");
+    assert_eq!(used, out.len());
+    assert_eq!(f2.req_id, 0, "replication frames carry req_id 0");
+    let again = Repl::parse(&f2).expect("re-encoded repl frame parses");
+    let same_bytes_but_req_id = out[..5] == wire[..5] && out[13..] == wire[13..];
+    match (&repl, &again) {
+        (Repl::Error { code: c1, message: m1 }, Repl::Error { code: c2, message: m2 }) => {
+            assert_eq!(c1, c2);
+            check_error_message(m1, m2);
+            if m1.len() <= MAX_ERROR_MESSAGE {
+                assert!(same_bytes_but_req_id, "repl error encoding is not canonical");
+            }
+        }
+        _ => {
+            assert_eq!(again, repl, "decode(encode(x)) != x");
+            assert!(same_bytes_but_req_id, "repl encoding is not canonical");
+        }
+    }
+}
+
+/// A decoded record must re-encode to the bytes it came from (flags byte aside: the
+/// decoder does not look at it, only the CRC covers it).
+fn check_record(r: &RecordRef<'_>, bytes: &[u8]) {
+    assert_eq!(bytes.len(), record::encoded_len(r.payload.len()));
+    let mut out = Vec::new();
+    record::encode(r.offset, r.epoch, r.payload, &mut out);
+    let (r2, n) = record::decode(&out).expect("re-encoded record decodes");
+    assert_eq!(n, out.len());
+    assert_eq!(&r2, r, "record decode(encode(x)) != x");
+    if bytes[3] == 0 {
+        assert_eq!(out, bytes, "record encoding is not canonical");
+    }
+}
+
+fn walk_records(buf: &[u8]) {
+    if let Ok((r, n)) = record::decode(buf) {
+        assert!(n >= RECORD_HEADER_LEN && n <= buf.len());
+        check_record(&r, &buf[..n]);
+    }
+    let mut at = 0usize;
+    let mut it = Records::new(buf);
+    while let Some(item) = it.next() {
+        match item {
+            Ok(r) => {
+                let n = record::encoded_len(r.payload.len());
+                assert!(at + n <= buf.len());
+                check_record(&r, &buf[at..at + n]);
+                at += n;
+            }
+            Err(e) => {
+                let _ = e.to_string();
+                assert!(it.next().is_none(), "Records must stop after an error");
+                break;
+            }
+        }
+    }
+}
+
+fuzz_target!(|data: &[u8]| {
+    // Consume frames from the front, as a connection's read loop does.
+    let mut rest = data;
+    loop {
+        match decode_frame(rest) {
+            Ok(Some((f, used))) => {
+                assert!(used >= FRAME_HEADER_LEN && used <= rest.len() && used <= MAX_FRAME);
+                assert_eq!(used, FRAME_HEADER_LEN + f.body.len());
+                assert_eq!(f.op, rest[4]);
+                let wire = &rest[..used];
+                check_request(&f, wire);
+                check_response(&f, wire);
+                check_repl(&f, wire);
+                rest = &rest[used..];
+            }
+            Ok(None) => {
+                // Only an incomplete frame may ask for more bytes.
+                if rest.len() >= 4 {
+                    let len = u32::from_le_bytes(rest[0..4].try_into().unwrap()) as usize;
+                    assert!(4 + len > rest.len());
+                }
+                break;
+            }
+            Err(e) => {
+                let _ = (e.code(), e.to_string());
+                break;
+            }
+        }
+    }
+    walk_records(data);
+    let _ = record::verify_run(data, 0, u32::MAX);
+});
