@@ -154,6 +154,7 @@ async fn start_shard(
     std::fs::create_dir_all(&dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
     let lock = control::lock_shard(&dir)?;
     std::mem::forget(lock); // held until the process exits
+    wal::probe::prime_iopoll_probe(&dir).await?;
     let scan = recovery::scan(id, &dir).map_err(|e| e.to_string())?;
     if let Some(t) = &scan.torn {
         let what = recovery::repair(t)?;

@@ -190,11 +190,23 @@ impl Writer {
             None => sock_write_all(&self.sock, data).await,
             Some(tls) => {
                 {
+                    // rustls accepts a bounded amount per call (its buffer limit):
+                    // encrypt in pieces, draining records as we go.
                     let mut c = tls.borrow_mut();
-                    c.writer().write_all(data)?;
                     self.out.clear();
-                    while c.wants_write() {
-                        c.write_tls(&mut self.out)?;
+                    let mut rest = data;
+                    loop {
+                        let n = c.writer().write(rest)?;
+                        rest = &rest[n..];
+                        while c.wants_write() {
+                            c.write_tls(&mut self.out)?;
+                        }
+                        if rest.is_empty() {
+                            break;
+                        }
+                        if n == 0 {
+                            return Err(io::Error::new(io::ErrorKind::WriteZero, "TLS connection refuses more data"));
+                        }
                     }
                 }
                 sock_write_all(&self.sock, &self.out).await

@@ -181,18 +181,26 @@ impl Log {
             }
             let recs = &data[BATCH_HEADER_LEN..len];
             let mut p = 0;
+            let mut full = false;
             for r in record::Records::new(recs) {
                 let r = r.map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("record {at}: {e}")))?;
                 let len = record::encoded_len(r.payload.len());
-                if r.offset >= at && r.offset < upto && (out.is_empty() || out.len() + len <= max_bytes) {
+                if r.offset >= upto {
+                    break;
+                }
+                if r.offset >= at {
+                    if !out.is_empty() && out.len() + len > max_bytes {
+                        full = true; // stop here: records must stay contiguous
+                        break;
+                    }
                     out.extend_from_slice(&recs[p..p + len]);
                     count += 1;
                     at = r.offset + 1;
                 }
                 p += len;
             }
-            if at < b.first_offset + b.count as u64 && at < upto {
-                break; // max_bytes reached inside this batch
+            if full {
+                break;
             }
         }
         Ok((out, count))

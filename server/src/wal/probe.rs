@@ -52,3 +52,21 @@ pub fn check_direct_io(dir: &Path) -> Result<(), String> {
         )
     })
 }
+
+/// glommio decides once per block device whether reads can use the IOPOLL ring, by
+/// reading offset 0 of the first file it opens there. An empty or fallocated file
+/// answers that read without touching the device, so a fresh data dir would be marked
+/// pollable and every later read would fail with EOPNOTSUPP on devices without poll
+/// queues. Open a file holding one real, synced block first so the probe is honest.
+pub async fn prime_iopoll_probe(dir: &Path) -> Result<(), String> {
+    let p = dir.join(".iopoll-probe");
+    std::fs::write(&p, vec![0x5au8; 4096])
+        .and_then(|_| std::fs::File::open(&p)?.sync_all())
+        .map_err(|e| format!("write {}: {e}", p.display()))?;
+    let r = glommio::io::DmaFile::open(&p).await.map_err(|e| format!("open {}: {e}", p.display()));
+    if let Ok(f) = r {
+        let _ = f.close().await;
+    }
+    let _ = std::fs::remove_file(&p);
+    Ok(())
+}

@@ -187,6 +187,10 @@ pub fn scan(shard: u16, dir: &Path) -> Result<ShardScan, ScanError> {
                 }
             }
         }
+        if end.is_none() && (pos as usize) < data.len() && !tail_is_zero(&data[pos as usize..]) {
+            // Bytes too short to hold a batch header (e.g. a file cut inside the last one).
+            end = Some((i, pos));
+        }
         out.segments.push(seg);
         if end.is_some() {
             break;

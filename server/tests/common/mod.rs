@@ -1,0 +1,338 @@
+//! Test harness: real `corelog` processes on loopback, started, killed (-9) and
+//! restarted by pid; certificates from `corelog certs`; the tokio client library.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use corelog_client::{Client, ClientConfig, Position, Record};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_corelog");
+
+/// A block of free ports: client P, direct P+1.., repl R.., metrics M.
+#[derive(Clone, Copy, Debug)]
+pub struct Ports {
+    pub client: u16,
+    pub repl: u16,
+    pub metrics: u16,
+}
+
+static NEXT_PORT: AtomicU16 = AtomicU16::new(0);
+
+fn bindable(p: u16) -> bool {
+    TcpListener::bind(("127.0.0.1", p)).is_ok()
+}
+
+/// Finds 24 consecutive free ports (client + 8 direct, repl + 8, metrics).
+pub fn ports() -> Ports {
+    let _ = NEXT_PORT.compare_exchange(
+        0,
+        20_000 + (std::process::id() % 400) as u16 * 100,
+        Ordering::SeqCst,
+        Ordering::SeqCst,
+    );
+    loop {
+        let base = NEXT_PORT.fetch_add(24, Ordering::SeqCst);
+        assert!(base < 60_000, "ran out of test ports");
+        if (base..base + 24).all(bindable) {
+            return Ports { client: base, repl: base + 10, metrics: base + 20 };
+        }
+    }
+}
+
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(name: &str) -> TempDir {
+        // Under target/ (a real disk: O_DIRECT is required), not /tmp (may be tmpfs).
+        let root = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!(
+            "{name}-{}-{}",
+            std::process::id(),
+            rand::random::<u32>()
+        ));
+        std::fs::create_dir_all(&root).unwrap();
+        TempDir(root)
+    }
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.0);
+        } else {
+            eprintln!("test data kept in {}", self.0.display());
+        }
+    }
+}
+
+pub fn certs(dir: &Path) -> PathBuf {
+    let out = dir.join("certs");
+    let st = Command::new(BIN).args(["certs", "--out"]).arg(&out).stdout(Stdio::null()).status().unwrap();
+    assert!(st.success());
+    out
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Mode {
+    Standalone,
+    Leader { follower_repl: u16 },
+    Follower { leader_client: u16 },
+}
+
+/// One node process with the arguments to restart it identically.
+pub struct Node {
+    pub name: String,
+    pub child: Option<Child>,
+    pub data: PathBuf,
+    pub ports: Ports,
+    pub args: Vec<String>,
+    pub log: PathBuf,
+    starts: u32,
+}
+
+impl Node {
+    pub fn args(
+        mode: Mode,
+        data: &Path,
+        ports: Ports,
+        certs: Option<&Path>,
+        cert_name: &str,
+        extra: &[&str],
+    ) -> Vec<String> {
+        let role = match mode {
+            Mode::Standalone => "standalone",
+            Mode::Leader { .. } => "leader",
+            Mode::Follower { .. } => "follower",
+        };
+        let mut a: Vec<String> = vec![
+            "serve".into(),
+            "--role".into(),
+            role.into(),
+            "--data-dir".into(),
+            data.display().to_string(),
+            "--listen".into(),
+            format!("127.0.0.1:{}", ports.client),
+            "--metrics-listen".into(),
+            format!("127.0.0.1:{}", ports.metrics),
+            "--segment-bytes".into(),
+            (4u64 << 20).to_string(),
+        ];
+        match certs {
+            Some(c) => a.extend([
+                "--cert".into(),
+                c.join(format!("{cert_name}.pem")).display().to_string(),
+                "--key".into(),
+                c.join(format!("{cert_name}.key")).display().to_string(),
+                "--client-ca".into(),
+                c.join("ca.pem").display().to_string(),
+            ]),
+            None => a.push("--insecure".into()),
+        }
+        match mode {
+            Mode::Standalone => {}
+            Mode::Leader { follower_repl } => a.extend([
+                "--repl-listen".into(),
+                format!("127.0.0.1:{}", ports.repl),
+                "--follower-addr".into(),
+                format!("127.0.0.1:{follower_repl}"),
+            ]),
+            Mode::Follower { leader_client } => a.extend([
+                "--repl-listen".into(),
+                format!("127.0.0.1:{}", ports.repl),
+                "--leader-addr".into(),
+                format!("127.0.0.1:{leader_client}"),
+            ]),
+        }
+        a.extend(extra.iter().map(|s| s.to_string()));
+        a
+    }
+
+    pub fn new(name: &str, data: PathBuf, ports: Ports, args: Vec<String>) -> Node {
+        let log = data.with_extension(format!("{name}.log"));
+        Node { name: name.into(), child: None, data, ports, args, log, starts: 0 }
+    }
+
+    /// Spawns the process; does not wait for readiness.
+    pub fn spawn(&mut self) {
+        assert!(self.child.is_none(), "{} already running", self.name);
+        let mut f = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).unwrap();
+        self.starts += 1;
+        writeln!(f, "---- start #{} ----", self.starts).unwrap();
+        let child = Command::new(BIN).args(&self.args).stdout(Stdio::null()).stderr(f).spawn().unwrap();
+        self.child = Some(child);
+    }
+
+    /// Spawns and waits until /health answers 200 (bounded); panics with the log if not.
+    pub fn start(&mut self) {
+        self.spawn();
+        self.wait_healthy();
+    }
+
+    pub fn wait_healthy(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            if let Some(st) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                panic!("{} exited during start-up ({st}):\n{}", self.name, self.log_text());
+            }
+            if http_get(self.ports.metrics, "/health").map(|r| r.starts_with("HTTP/1.1 200")).unwrap_or(false) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("{} not healthy within 30 s:\n{}", self.name, self.log_text());
+    }
+
+    /// Waits for the process to exit by itself (bounded); returns its exit code.
+    pub fn wait_exit(&mut self, within: Duration) -> Option<i32> {
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            if let Some(st) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                self.child = None;
+                return st.code();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("{} did not exit within {within:?}", self.name);
+    }
+
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill(); // SIGKILL
+            let _ = c.wait();
+        }
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        self.child.as_mut().is_some_and(|c| c.try_wait().unwrap().is_none())
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.ports.client)
+    }
+
+    pub fn metric_sum(&self, name: &str) -> f64 {
+        let m = http_get(self.ports.metrics, "/metrics").unwrap_or_default();
+        m.lines()
+            .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+pub fn http_get(port: u16, path: &str) -> std::io::Result<String> {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port))?;
+    s.set_read_timeout(Some(Duration::from_secs(2)))?;
+    write!(s, "GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n")?;
+    let mut out = String::new();
+    s.read_to_string(&mut out)?;
+    Ok(out)
+}
+
+pub fn client_config(certs: Option<&Path>) -> ClientConfig {
+    match certs {
+        Some(c) => {
+            ClientConfig::mtls(c.join("ca.pem"), c.join("client.pem"), c.join("client.key"), "localhost").unwrap()
+        }
+        None => ClientConfig::insecure(),
+    }
+}
+
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap()
+}
+
+/// Acknowledged appends: position → payload.
+pub type Acked = Arc<Mutex<HashMap<Position, Vec<u8>>>>;
+
+/// `conns` connections each appending up to `per_conn` unique payloads (sequentially,
+/// one in flight). Stops a connection at its first error. Returns the number of errors.
+pub async fn load(addr: &str, cfg: &ClientConfig, conns: usize, per_conn: usize, tag: &str, acked: &Acked) -> usize {
+    let mut tasks = Vec::new();
+    for c in 0..conns {
+        let (addr, cfg, acked, tag) = (addr.to_string(), cfg.clone(), acked.clone(), tag.to_string());
+        tasks.push(tokio::spawn(async move {
+            let Ok(client) = Client::connect(&addr, &cfg).await else { return 1 };
+            for i in 0..per_conn {
+                let payload = format!("{tag}-c{c}-i{i}-{}", rand::random::<u64>()).into_bytes();
+                match client.append(&payload).await {
+                    Ok(pos) => {
+                        let prev = acked.lock().unwrap().insert(pos, payload);
+                        assert!(prev.is_none(), "position {pos:?} acknowledged twice");
+                    }
+                    Err(_) => return 1,
+                }
+            }
+            0
+        }));
+    }
+    let mut errors = 0;
+    for t in tasks {
+        errors += t.await.unwrap();
+    }
+    errors
+}
+
+/// Reads a whole shard from its direct port; checks offsets are gap-free from 0.
+pub async fn read_all(addr: &str, cfg: &ClientConfig, shard: u16) -> Vec<Record> {
+    let c = Client::connect_shard(addr, shard, cfg).await.unwrap();
+    let mut out: Vec<Record> = Vec::new();
+    loop {
+        let recs = c.read(shard, out.len() as u64, 1 << 20).await.unwrap();
+        if recs.is_empty() {
+            return out;
+        }
+        for r in recs {
+            assert_eq!(r.offset, out.len() as u64, "gap in shard {shard}");
+            out.push(r);
+        }
+    }
+}
+
+/// Every acknowledged record is present, byte-identical, at its position.
+pub fn verify_acked(acked: &Acked, shards: &[Vec<Record>]) {
+    let acked = acked.lock().unwrap();
+    for (pos, payload) in acked.iter() {
+        let s = &shards[pos.shard as usize];
+        let r = s
+            .get(pos.offset as usize)
+            .unwrap_or_else(|| panic!("acked {pos:?} missing (shard has {} records)", s.len()));
+        assert_eq!(&r.payload, payload, "acked {pos:?} differs");
+    }
+}
+
+/// `corelog inspect`: (exit code, stdout).
+pub fn inspect(data: &Path) -> (i32, String) {
+    let o = Command::new(BIN).arg("inspect").arg(data).output().unwrap();
+    (o.status.code().unwrap_or(-1), String::from_utf8_lossy(&o.stdout).to_string())
+}
+
+/// Per-shard (records, digest) from inspect output.
+pub fn inspect_summary(out: &str) -> Vec<(u64, String)> {
+    out.lines()
+        .filter(|l| l.contains(" records "))
+        .map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            let get = |k: &str| w[w.iter().position(|x| *x == k).unwrap() + 1];
+            (get("records").parse().unwrap(), get("digest").to_string())
+        })
+        .collect()
+}

@@ -1,0 +1,216 @@
+//! Durability against real processes: acks survive kill -9, crash loops, torn tails,
+//! mid-log corruption refused, tmpfs refused.
+
+mod common;
+
+use std::os::unix::fs::FileExt;
+use std::time::Duration;
+
+use common::*;
+
+fn standalone(dir: &TempDir, certs: Option<&std::path::Path>, extra: &[&str]) -> Node {
+    let ports = ports();
+    let data = dir.path().join("data");
+    let args = Node::args(Mode::Standalone, &data, ports, certs, "server", extra);
+    Node::new("standalone", data, ports, args)
+}
+
+#[test]
+fn acked_appends_are_distinct_and_survive_kill9_mid_load() {
+    let dir = TempDir::new("ack-crash");
+    let certs = certs(dir.path());
+    let mut node = standalone(&dir, Some(&certs), &[]);
+    node.start();
+    let cfg = client_config(Some(&certs));
+    let rt = runtime();
+    let acked = Acked::default();
+    // 10,000 appends over 50 connections, every one acknowledged at a distinct position.
+    let errors = rt.block_on(load(&node.addr(), &cfg, 50, 200, "p1", &acked));
+    assert_eq!(errors, 0);
+    assert_eq!(acked.lock().unwrap().len(), 10_000);
+    // Load again and kill -9 in the middle of it.
+    let addr = node.addr();
+    let (acked2, cfg2) = (acked.clone(), cfg.clone());
+    let loader = rt.spawn(async move { load(&addr, &cfg2, 50, 1_000_000, "p2", &acked2).await });
+    let target = 10_000 + 3_000;
+    while acked.lock().unwrap().len() < target {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    node.kill9();
+    let errors = rt.block_on(loader).unwrap();
+    assert_eq!(errors, 50, "every connection sees the crash");
+    let n_acked = acked.lock().unwrap().len();
+    node.start();
+    let shards: Vec<_> = (0..2).map(|s| rt.block_on(read_all(&node.addr(), &cfg, s))).collect();
+    verify_acked(&acked, &shards);
+    let total: usize = shards.iter().map(|s| s.len()).sum();
+    assert!(total >= n_acked, "log holds {total} records, {n_acked} were acked");
+    node.kill9();
+    let (code, out) = inspect(&node.data);
+    assert_eq!(code, 0, "inspect: {out}");
+}
+
+/// Kill -9 at random moments under load, restart, and check nothing acked is lost.
+fn crash_loop(iterations: usize) {
+    let dir = TempDir::new("crash-loop");
+    let mut node = standalone(&dir, None, &[]);
+    let cfg = client_config(None);
+    let rt = runtime();
+    let acked = Acked::default();
+    for i in 0..iterations {
+        node.start();
+        let (addr, cfg2, acked2) = (node.addr(), cfg.clone(), acked.clone());
+        let tag = format!("it{i}");
+        let loader = rt.spawn(async move { load(&addr, &cfg2, 20, 1_000_000, &tag, &acked2).await });
+        // The random moment of the crash (the fault being injected, not a wait).
+        std::thread::sleep(Duration::from_millis(20 + rand::random::<u64>() % 300));
+        node.kill9();
+        rt.block_on(loader).unwrap();
+        let (code, out) = inspect(&node.data);
+        assert!(code == 0 || code == 1, "iteration {i}: inspect after kill -9 found corruption: {out}");
+    }
+    node.start();
+    let shards: Vec<_> = (0..2).map(|s| rt.block_on(read_all(&node.addr(), &cfg, s))).collect();
+    verify_acked(&acked, &shards);
+    node.kill9();
+    let (code, out) = inspect(&node.data);
+    assert_eq!(code, 0, "inspect after the last restart: {out}");
+    let n = acked.lock().unwrap().len();
+    eprintln!("crash loop: {iterations} kill -9, {n} acknowledged appends, all read back");
+    assert!(n > iterations * 10, "the load made progress");
+}
+
+#[test]
+fn crash_loop_20_kill9_loses_no_acked_write() {
+    crash_loop(20);
+}
+
+/// The long version: `CORELOG_CRASH_LOOPS=300 cargo test --release --test durability -- --ignored`.
+#[test]
+#[ignore]
+fn crash_loop_long() {
+    let n = std::env::var("CORELOG_CRASH_LOOPS").ok().and_then(|v| v.parse().ok()).unwrap_or(200);
+    crash_loop(n);
+}
+
+/// Appends `n` events one by one (each its own batch on an idle 1-shard node).
+fn write_batches(node: &Node, n: usize) -> Vec<Vec<u8>> {
+    let rt = runtime();
+    rt.block_on(async {
+        let c = corelog_client::Client::connect(&node.addr(), &client_config(None)).await.unwrap();
+        let mut v = Vec::new();
+        for i in 0..n {
+            let p = format!("event-{i}").into_bytes();
+            let pos = c.append(&p).await.unwrap();
+            assert_eq!(pos.offset, i as u64);
+            v.push(p);
+        }
+        v
+    })
+}
+
+fn segment(node: &Node) -> std::path::PathBuf {
+    node.data.join("shard-0").join(format!("{:020}.log", 0))
+}
+
+#[test]
+fn torn_tail_is_truncated_and_later_writes_land_after_it() {
+    for garble in [false, true] {
+        let dir = TempDir::new("torn");
+        let mut node = standalone(&dir, None, &["--shard-count", "1"]);
+        node.start();
+        let payloads = write_batches(&node, 5);
+        node.kill9();
+        let seg = segment(&node);
+        let f = std::fs::OpenOptions::new().write(true).open(&seg).unwrap();
+        // Batches sit at 0, 4096, ..., 16384: damage the last one.
+        if garble {
+            f.write_all_at(&[0xA5; 700], 16384 + 10).unwrap();
+        } else {
+            f.set_len(16384 + 20).unwrap(); // cut inside the last batch
+        }
+        drop(f);
+        let (code, out) = inspect(&node.data);
+        assert_eq!(code, 1, "torn tail reported: {out}");
+        assert!(out.contains("TORN TAIL"), "{out}");
+        node.start();
+        assert!(node.log_text().contains("truncated torn tail"), "{}", node.log_text());
+        let rt = runtime();
+        let recs = rt.block_on(read_all(&node.addr(), &client_config(None), 0));
+        assert_eq!(recs.len(), 4, "the torn (never acknowledged) batch is gone");
+        for (r, p) in recs.iter().zip(&payloads) {
+            assert_eq!(&r.payload, p);
+        }
+        // New writes continue at offset 4 and survive a restart.
+        let more = write_batches_from(&node, 4, 3);
+        node.kill9();
+        node.start();
+        let recs = rt.block_on(read_all(&node.addr(), &client_config(None), 0));
+        assert_eq!(recs.len(), 7);
+        assert_eq!(recs[4..].iter().map(|r| r.payload.clone()).collect::<Vec<_>>(), more);
+        node.kill9();
+        assert_eq!(inspect(&node.data).0, 0);
+    }
+}
+
+fn write_batches_from(node: &Node, first: u64, n: usize) -> Vec<Vec<u8>> {
+    let rt = runtime();
+    rt.block_on(async {
+        let c = corelog_client::Client::connect(&node.addr(), &client_config(None)).await.unwrap();
+        let mut v = Vec::new();
+        for i in 0..n {
+            let p = format!("more-{i}").into_bytes();
+            assert_eq!(c.append(&p).await.unwrap().offset, first + i as u64);
+            v.push(p);
+        }
+        v
+    })
+}
+
+#[test]
+fn garbage_in_the_middle_of_a_segment_refuses_boot_with_its_location() {
+    let dir = TempDir::new("midcorrupt");
+    let mut node = standalone(&dir, None, &["--shard-count", "1"]);
+    node.start();
+    write_batches(&node, 5);
+    node.kill9();
+    let seg = segment(&node);
+    let f = std::fs::OpenOptions::new().write(true).open(&seg).unwrap();
+    f.write_all_at(b"garbage!", 4096 + 40).unwrap(); // inside batch 1, batches 2..4 intact
+    drop(f);
+    let (code, out) = inspect(&node.data);
+    assert_eq!(code, 2, "{out}");
+    node.spawn();
+    let code = node.wait_exit(Duration::from_secs(30));
+    assert_ne!(code, Some(0));
+    let log = node.log_text();
+    assert!(log.contains("corruption in the middle of the log"), "{log}");
+    assert!(log.contains("shard 0"), "{log}");
+    assert!(log.contains(&seg.display().to_string()), "{log}");
+    assert!(log.contains("byte offset 4096"), "{log}");
+}
+
+#[test]
+fn a_data_dir_on_tmpfs_is_refused() {
+    let shm = std::path::Path::new("/dev/shm");
+    let is_tmpfs = std::fs::read_to_string("/proc/mounts")
+        .unwrap()
+        .lines()
+        .any(|l| l.split_whitespace().nth(1) == Some("/dev/shm") && l.contains("tmpfs"));
+    if !is_tmpfs {
+        eprintln!("SKIP a_data_dir_on_tmpfs_is_refused: /dev/shm is not a tmpfs mount on this machine");
+        return;
+    }
+    let data = shm.join(format!("corelog-test-{}", std::process::id()));
+    let ports = ports();
+    let args = Node::args(Mode::Standalone, &data, ports, None, "server", &[]);
+    let mut node = Node::new("tmpfs", data.clone(), ports, args);
+    node.log = std::env::temp_dir().join(format!("corelog-tmpfs-{}.log", std::process::id()));
+    node.spawn();
+    let code = node.wait_exit(Duration::from_secs(10));
+    let log = node.log_text();
+    let _ = std::fs::remove_dir_all(&data);
+    let _ = std::fs::remove_file(&node.log);
+    assert_eq!(code, Some(1), "{log}");
+    assert!(log.contains("tmpfs") && log.contains("O_DIRECT"), "{log}");
+}

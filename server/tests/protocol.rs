@@ -1,0 +1,197 @@
+//! mTLS refusal, malformed input, tail, metrics — against real processes.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use corelog_client::codec::{self, decode_frame, ErrorCode, Request, Response, PROTOCOL_VERSION};
+use corelog_client::{Client, ClientConfig, Tail};
+
+fn node(dir: &TempDir, certs: Option<&std::path::Path>, extra: &[&str]) -> Node {
+    let ports = ports();
+    let data = dir.path().join("data");
+    let args = Node::args(Mode::Standalone, &data, ports, certs, "server", extra);
+    Node::new("node", data, ports, args)
+}
+
+#[test]
+fn clients_without_a_valid_certificate_are_refused_and_others_keep_working() {
+    let dir = TempDir::new("mtls");
+    let certs = certs(dir.path());
+    let other = TempDir::new("mtls-other");
+    let other_certs = common::certs(other.path());
+    let mut n = node(&dir, Some(&certs), &[]);
+    n.start();
+    let rt = runtime();
+    rt.block_on(async {
+        let good = Client::connect(&n.addr(), &client_config(Some(&certs))).await.unwrap();
+        good.append(b"before").await.unwrap();
+        // 1. No client certificate.
+        let no_cert = corelog_client::tls::client_config(&certs.join("ca.pem"), None).unwrap();
+        let cfg = ClientConfig::from_rustls(Arc::new(no_cert), "localhost").unwrap();
+        let r = async { Client::connect(&n.addr(), &cfg).await?.append(b"x").await }.await;
+        assert!(r.is_err(), "no client certificate must be refused");
+        // 2. A client certificate from another CA (trusting our server's CA).
+        let foreign = corelog_client::tls::client_config(
+            &certs.join("ca.pem"),
+            Some((&other_certs.join("client.pem"), &other_certs.join("client.key"))),
+        )
+        .unwrap();
+        let cfg = ClientConfig::from_rustls(Arc::new(foreign), "localhost").unwrap();
+        let r = async { Client::connect(&n.addr(), &cfg).await?.append(b"x").await }.await;
+        assert!(r.is_err(), "a certificate from another CA must be refused");
+        // 3. Plaintext.
+        let r = async { Client::connect(&n.addr(), &ClientConfig::insecure()).await?.append(b"x").await }.await;
+        assert!(r.is_err(), "plaintext must be refused");
+        // The good connection and new good ones still work.
+        good.append(b"after").await.unwrap();
+        let again = Client::connect(&n.addr(), &client_config(Some(&certs))).await.unwrap();
+        again.append(b"again").await.unwrap();
+    });
+    assert!(n.is_running());
+    assert!(n.metric_sum("corelog_tls_handshake_failures_total") >= 2.0);
+}
+
+fn raw(n: &Node) -> TcpStream {
+    let s = TcpStream::connect(("127.0.0.1", n.ports.client)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s
+}
+
+fn hello() -> Vec<u8> {
+    let mut v = Vec::new();
+    Request::Hello { version: PROTOCOL_VERSION }.encode(1, &mut v);
+    v
+}
+
+/// Reads frames until the server closes; returns the error codes seen.
+fn error_codes_until_close(mut s: TcpStream) -> Vec<u16> {
+    let mut buf = Vec::new();
+    let _ = s.read_to_end(&mut buf); // ends when the server closes
+    let mut codes = Vec::new();
+    let mut at = 0;
+    while let Ok(Some((f, used))) = decode_frame(&buf[at..]) {
+        if let Ok(Response::Error { code, .. }) = Response::parse(&f) {
+            codes.push(code);
+        }
+        at += used;
+    }
+    codes
+}
+
+#[test]
+fn malformed_input_gets_an_error_or_a_close_and_never_hurts_other_connections() {
+    let dir = TempDir::new("malformed");
+    let mut n = node(&dir, None, &[]);
+    n.start();
+    let rt = runtime();
+    let good = rt.block_on(Client::connect(&n.addr(), &ClientConfig::insecure())).unwrap();
+    rt.block_on(good.append(b"before")).unwrap();
+    // Bad length (below the minimum).
+    let mut s = raw(&n);
+    s.write_all(&hello()).unwrap();
+    s.write_all(&[1, 0, 0, 0, 0]).unwrap();
+    assert!(error_codes_until_close(s).contains(&(ErrorCode::BadFrame as u16)));
+    // Unknown opcode.
+    let mut s = raw(&n);
+    let mut f = hello();
+    f.extend_from_slice(&[9, 0, 0, 0, 0x7e, 0, 0, 0, 0, 0, 0, 0, 0]);
+    s.write_all(&f).unwrap();
+    assert!(error_codes_until_close(s).contains(&(ErrorCode::UnknownOpcode as u16)));
+    // Oversized payload (valid frame size, payload above MAX_PAYLOAD).
+    let mut s = raw(&n);
+    let mut f = hello();
+    let body = vec![0u8; codec::MAX_PAYLOAD + 1];
+    f.extend_from_slice(&((9 + body.len()) as u32).to_le_bytes());
+    f.push(codec::op::APPEND);
+    f.extend_from_slice(&7u64.to_le_bytes());
+    f.extend_from_slice(&body);
+    s.write_all(&f).unwrap();
+    assert!(error_codes_until_close(s).contains(&(ErrorCode::TooLarge as u16)));
+    // Frame length above MAX_FRAME: refused unread.
+    let mut s = raw(&n);
+    let mut f = hello();
+    f.extend_from_slice(&(u32::MAX).to_le_bytes());
+    s.write_all(&f).unwrap();
+    assert!(error_codes_until_close(s).contains(&(ErrorCode::TooLarge as u16)));
+    // A request before Hello.
+    let mut s = raw(&n);
+    let mut f = Vec::new();
+    codec::encode_append(1, b"x", &mut f);
+    s.write_all(&f).unwrap();
+    assert!(error_codes_until_close(s).contains(&(ErrorCode::BadHandshake as u16)));
+    // Truncated frame, then the client goes away.
+    let mut s = raw(&n);
+    let mut f = hello();
+    let mut a = Vec::new();
+    codec::encode_append(2, b"truncated", &mut a);
+    f.extend_from_slice(&a[..a.len() - 3]);
+    s.write_all(&f).unwrap();
+    s.shutdown(std::net::Shutdown::Write).unwrap();
+    let _ = error_codes_until_close(s);
+    // Random bytes on many connections.
+    for i in 0..200 {
+        let mut s = raw(&n);
+        let len = 1 + (rand::random::<usize>() % 300);
+        let mut junk: Vec<u8> = (0..len).map(|_| rand::random()).collect();
+        if i % 2 == 0 {
+            junk.splice(0..0, hello());
+        }
+        let _ = s.write_all(&junk);
+        let _ = s.shutdown(std::net::Shutdown::Write);
+        let _ = error_codes_until_close(s);
+    }
+    assert!(n.is_running(), "server survived:\n{}", n.log_text());
+    rt.block_on(good.append(b"after")).unwrap();
+    assert!(!n.log_text().contains("panicked"), "{}", n.log_text());
+}
+
+#[test]
+fn a_tail_started_before_a_burst_delivers_all_of_it_in_order() {
+    let dir = TempDir::new("tail");
+    let certs = certs(dir.path());
+    let mut n = node(&dir, Some(&certs), &["--shard-count", "1"]);
+    n.start();
+    let cfg = client_config(Some(&certs));
+    let rt = runtime();
+    rt.block_on(async {
+        let mut tail = Tail::start(&n.addr(), &cfg, 0, 0).await.unwrap();
+        let acked = Acked::default();
+        assert_eq!(load(&n.addr(), &cfg, 10, 300, "burst", &acked).await, 0);
+        let acked = acked.lock().unwrap().clone();
+        for off in 0..3000u64 {
+            let r = tokio::time::timeout(Duration::from_secs(20), tail.next())
+                .await
+                .expect("tail delivers")
+                .unwrap()
+                .unwrap();
+            assert_eq!(r.offset, off);
+            let pos = corelog_client::Position { shard: 0, offset: off };
+            assert_eq!(&r.payload, acked.get(&pos).unwrap());
+        }
+    });
+}
+
+#[test]
+fn metrics_reflect_the_appends_made() {
+    let dir = TempDir::new("metrics");
+    let mut n = node(&dir, None, &[]);
+    n.start();
+    let rt = runtime();
+    let acked = Acked::default();
+    assert_eq!(rt.block_on(load(&n.addr(), &ClientConfig::insecure(), 8, 125, "m", &acked)), 0);
+    assert_eq!(n.metric_sum("corelog_appends_total"), 1000.0);
+    let batches = n.metric_sum("corelog_batches_total");
+    assert!((1.0..=1000.0).contains(&batches), "batches {batches}");
+    assert_eq!(n.metric_sum("corelog_fsync_seconds_count"), batches);
+    assert_eq!(n.metric_sum("corelog_batch_records_sum"), 1000.0);
+    let payload_bytes: usize = acked.lock().unwrap().values().map(|p| p.len() + 24).sum();
+    assert_eq!(n.metric_sum("corelog_append_bytes_total"), payload_bytes as f64);
+    let body = http_get(n.ports.metrics, "/metrics").unwrap();
+    assert!(body.contains("corelog_appends_total{shard=\"0\"}") && body.contains("corelog_appends_total{shard=\"1\"}"));
+    assert!(http_get(n.ports.metrics, "/health").unwrap().starts_with("HTTP/1.1 200"));
+}
