@@ -1,7 +1,8 @@
 //! `corelog-loadgen`: thread-per-core load generator for corelog.
-
-mod report;
-mod run;
+//!
+//! - `run`: one process, one step (closed or open loop), table or JSON.
+//! - `sweep`: steps of connection counts over several coordinated `run` processes,
+//!   merged histograms, CPU accounting, cross-check, table/JSON/Markdown/SVG.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -9,6 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
+use corelog_loadgen::{log, parse_addrs, parse_counts, parse_duration, procstat, report, result, run, svg, sweep};
 
 #[derive(Parser)]
 #[command(name = "corelog-loadgen", version, about = "Load generator for corelog")]
@@ -21,12 +23,63 @@ struct Cli {
 enum Cmd {
     /// One step: N connections for a duration; prints acked writes/s and percentiles.
     Run(RunArgs),
+    /// Steps of connection counts over several coordinated load-generator processes.
+    Sweep(SweepArgs),
+}
+
+/// Flags shared by `run` and `sweep` (handed on to the sweep's children).
+#[derive(clap::Args, Clone)]
+struct Common {
+    #[arg(long, default_value_t = 11)]
+    payload_bytes: usize,
+    #[arg(long, default_value = "certs/ca.pem")]
+    ca: PathBuf,
+    #[arg(long, default_value = "certs/client.pem")]
+    cert: PathBuf,
+    #[arg(long, default_value = "certs/client.key")]
+    key: PathBuf,
+    #[arg(long, default_value = "localhost")]
+    server_name: String,
+    #[arg(long)]
+    insecure: bool,
+    /// Spread connections over this many loopback source addresses (127.0.0.x).
+    #[arg(long, default_value_t = 8)]
+    source_ips: u8,
+    /// A response slower than this counts as a timeout (the connection is dropped).
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    timeout: Duration,
+    /// Give up connecting after this long.
+    #[arg(long, default_value = "120s", value_parser = parse_duration)]
+    connect_deadline: Duration,
+}
+
+impl Common {
+    /// The flags a sweep passes to its children verbatim.
+    fn child_args(&self) -> Vec<String> {
+        let mut v = vec![
+            "--payload-bytes".into(),
+            self.payload_bytes.to_string(),
+            "--ca".into(),
+            self.ca.display().to_string(),
+            "--cert".into(),
+            self.cert.display().to_string(),
+            "--key".into(),
+            self.key.display().to_string(),
+            "--server-name".into(),
+            self.server_name.clone(),
+        ];
+        if self.insecure {
+            v.push("--insecure".into());
+        }
+        v
+    }
 }
 
 #[derive(clap::Args)]
 struct RunArgs {
+    /// Client address(es), comma-separated: connection i goes to the (i mod n)-th.
     #[arg(long, default_value = "127.0.0.1:9400")]
-    target: SocketAddr,
+    target: String,
     #[arg(long, default_value_t = 100)]
     connections: usize,
     /// Measured window, e.g. 10s, 500ms.
@@ -38,107 +91,222 @@ struct RunArgs {
     /// Executors (default: one per CPU).
     #[arg(long)]
     cores: Option<usize>,
-    #[arg(long, default_value_t = 11)]
-    payload_bytes: usize,
+    /// Pin executor k to CPU (first-cpu + k) mod ncpu (default 0).
+    #[arg(long, default_value_t = 0)]
+    first_cpu: usize,
+    /// Do not pin the executors to CPUs.
+    #[arg(long)]
+    unpinned: bool,
     /// Open loop at this many appends/s in total (default: closed loop).
     #[arg(long)]
     rate: Option<f64>,
-    #[arg(long, default_value = "certs/ca.pem")]
-    ca: PathBuf,
-    #[arg(long, default_value = "certs/client.pem")]
-    cert: PathBuf,
-    #[arg(long, default_value = "certs/client.key")]
-    key: PathBuf,
-    #[arg(long, default_value = "localhost")]
-    server_name: String,
+    /// Source addresses start at 127.0.0.<base>.
+    #[arg(long, default_value_t = 1)]
+    source_ip_base: u8,
+    /// Start the clock at this absolute UNIX time (seconds), or `stdin`: print
+    /// `READY <connected> <failed>` once connected and read the time from stdin.
     #[arg(long)]
-    insecure: bool,
-    /// Spread connections over 127.0.0.1..=127.0.0.N when the target is loopback.
-    #[arg(long, default_value_t = 8)]
-    source_ips: u8,
-    /// A response slower than this counts as a timeout (the connection is dropped).
-    #[arg(long, default_value = "30s", value_parser = parse_duration)]
-    timeout: Duration,
-    /// Give up connecting after this long.
-    #[arg(long, default_value = "120s", value_parser = parse_duration)]
-    connect_deadline: Duration,
-    /// Also write the result as JSON here.
+    start_at: Option<String>,
+    /// Prefix of progress lines on stderr.
+    #[arg(long)]
+    label: Option<String>,
+    /// No table on stdout (a sweep child).
+    #[arg(long)]
+    quiet: bool,
+    /// Also write the result (with the V2 histogram) as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
+    #[command(flatten)]
+    common: Common,
 }
 
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    let (num, unit) = s.find(|c: char| c.is_ascii_alphabetic()).map(|i| s.split_at(i)).unwrap_or((s, "s"));
-    let v: f64 = num.parse().map_err(|_| format!("bad duration {s:?} (e.g. 10s, 500ms)"))?;
-    let secs = match unit {
-        "ms" => v / 1000.0,
-        "s" => v,
-        "m" => v * 60.0,
-        _ => return Err(format!("bad duration unit in {s:?} (ms, s, m)")),
-    };
-    if !(secs.is_finite() && secs > 0.0) {
-        return Err(format!("duration {s:?} must be positive"));
-    }
-    Ok(Duration::from_secs_f64(secs))
+#[derive(clap::Args)]
+struct SweepArgs {
+    /// Client address(es), comma-separated: connection i goes to the (i mod n)-th.
+    #[arg(long, default_value = "127.0.0.1:9400")]
+    target: String,
+    /// Connection counts, e.g. 1k,4k,9k,18k,36k.
+    #[arg(long, default_value = "1k,4k,9k,18k,36k")]
+    steps: String,
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    warmup: Duration,
+    /// Measured window per step.
+    #[arg(long, default_value = "20s", value_parser = parse_duration)]
+    duration: Duration,
+    /// Pause after each step (connections close, counters settle) before the cross-check.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    cooldown: Duration,
+    /// Open loop at this many appends/s in total (every step); default closed loop.
+    #[arg(long)]
+    rate: Option<f64>,
+    /// Connections per load-generator process (each connection is one file descriptor;
+    /// the limit is 20,000 per process).
+    #[arg(long, default_value_t = 9000)]
+    max_conns_per_process: usize,
+    /// Runs per step: the report keeps the minimum throughput and maximum latencies.
+    #[arg(long, default_value_t = 1)]
+    repeat: usize,
+    /// Server process ids whose CPU seconds are measured over each window.
+    #[arg(long, value_delimiter = ',')]
+    server_pids: Vec<u32>,
+    /// Metrics addresses of the leader's processes (cross-check of acknowledged writes).
+    #[arg(long, default_value = "")]
+    leader_metrics: String,
+    /// Metrics addresses of the follower's processes (records it holds).
+    #[arg(long, default_value = "")]
+    follower_metrics: String,
+    /// Write sweep.json, sweep.md and sweep.svg (and the children's JSON) here.
+    #[arg(long, default_value = "sweep-out")]
+    out: PathBuf,
+    /// Name of this sweep in the reports (and prefix of the output files).
+    #[arg(long, default_value = "sweep")]
+    name: String,
+    /// Shell command run when each measured window starts (e.g. a profiler); it sees
+    /// CORELOG_STEP_CONNECTIONS, CORELOG_WINDOW_S, CORELOG_LOADGEN_PIDS, CORELOG_SERVER_PIDS.
+    #[arg(long)]
+    hook_window: Option<String>,
+    #[command(flatten)]
+    common: Common,
 }
 
 fn main() {
     let cli = Cli::parse();
-    let Cmd::Run(a) = cli.cmd;
-    if let Err(e) = run_step(a) {
-        eprintln!("corelog-loadgen: error: {e}");
-        std::process::exit(1);
+    let r = match cli.cmd {
+        Cmd::Run(a) => run_step(a),
+        Cmd::Sweep(a) => run_sweep(a),
+    };
+    match r {
+        Ok(0) => {}
+        Ok(code) => std::process::exit(code),
+        Err(e) => {
+            log!("error: {e}");
+            std::process::exit(1);
+        }
     }
 }
 
-fn run_step(a: RunArgs) -> Result<(), String> {
+fn run_step(a: RunArgs) -> Result<i32, String> {
+    if let Some(l) = &a.label {
+        let _ = corelog_loadgen::LOG_LABEL.set(l.clone());
+    }
+    let target: Vec<SocketAddr> = parse_addrs(&a.target)?;
+    if target.is_empty() {
+        return Err("--target needs at least one address".into());
+    }
     if a.connections == 0 {
         return Err("--connections must be at least 1".into());
     }
-    if a.payload_bytes > corelog_client::codec::MAX_PAYLOAD {
+    let c = &a.common;
+    if c.payload_bytes > corelog_client::codec::MAX_PAYLOAD {
         return Err(format!("--payload-bytes above the protocol maximum {}", corelog_client::codec::MAX_PAYLOAD));
     }
-    let tls = if a.insecure {
+    if let Some(r) = a.rate {
+        if !(r.is_finite() && r > 0.0) {
+            return Err("--rate must be positive".into());
+        }
+    }
+    let gate = match a.start_at.as_deref() {
+        None => run::StartGate::Now,
+        Some("stdin") => run::StartGate::Stdin,
+        Some(t) => {
+            run::StartGate::At(t.parse().map_err(|_| format!("--start-at {t:?}: a UNIX time in seconds or `stdin`"))?)
+        }
+    };
+    let tls = if c.insecure {
         None
     } else {
-        Some(Arc::new(corelog_client::tls::client_config(&a.ca, Some((&a.cert, &a.key)))?))
+        Some(Arc::new(corelog_client::tls::client_config(&c.ca, Some((&c.cert, &c.key)))?))
     };
     let ncpu = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     let cores = a.cores.unwrap_or(ncpu).clamp(1, a.connections);
     let cfg = run::RunConfig {
-        target: a.target,
+        targets: target.clone(),
         connections: a.connections,
         cores,
         warmup: a.warmup,
         duration: a.duration,
-        payload_bytes: a.payload_bytes,
+        payload_bytes: c.payload_bytes,
         rate: a.rate,
         tls,
-        server_name: a.server_name,
-        source_ips: a.source_ips.max(1),
-        timeout: a.timeout,
-        connect_deadline: a.connect_deadline,
+        server_name: c.server_name.clone(),
+        source_ips: c.source_ips.max(1),
+        source_ip_base: a.source_ip_base.max(1),
+        first_cpu: if a.unpinned { None } else { Some(a.first_cpu) },
+        timeout: c.timeout,
+        connect_deadline: c.connect_deadline,
+        gate,
     };
     let mode = match a.rate {
         Some(r) => format!("open loop at {r} appends/s"),
         None => "closed loop, one append in flight per connection".into(),
     };
-    eprintln!(
-        "loadgen: {} connections to {} ({mode}), {} executors, warm-up {:?}, window {:?}",
-        a.connections, a.target, cores, a.warmup, a.duration
+    log!(
+        "{} connections to {:?} ({mode}), {} executors, warm-up {:?}, window {:?}",
+        a.connections,
+        target,
+        cores,
+        a.warmup,
+        a.duration
     );
     let out = run::run(cfg)?;
-    let s = report::Summary::of(a.connections, &out);
-    println!("{}", report::header());
-    println!("{}", report::row(&s));
-    if !out.error_codes.is_empty() {
-        println!("error codes: {:?}", out.error_codes);
+    let r = result::RunResult::of(a.connections, a.rate, &out, procstat::self_cpu_seconds());
+    if !a.quiet {
+        println!("{}", report::run_header());
+        println!("{}", report::run_row(&r));
+        if !out.error_codes.is_empty() {
+            println!("error codes: {:?}", out.error_codes);
+        }
     }
     if let Some(p) = a.json {
-        std::fs::write(&p, report::json(&s, &out) + "\n").map_err(|e| format!("write {}: {e}", p.display()))?;
+        std::fs::write(&p, r.to_json() + "\n").map_err(|e| format!("write {}: {e}", p.display()))?;
     }
     if out.connected < a.connections as u64 {
         return Err(format!("only {} of {} connections established", out.connected, a.connections));
     }
-    Ok(())
+    Ok(0)
+}
+
+fn run_sweep(a: SweepArgs) -> Result<i32, String> {
+    let _ = corelog_loadgen::LOG_LABEL.set("sweep".into());
+    parse_addrs(&a.target)?;
+    let exe = std::env::current_exe().map_err(|e| format!("own path: {e}"))?;
+    std::fs::create_dir_all(&a.out).map_err(|e| format!("create {}: {e}", a.out.display()))?;
+    let cfg = sweep::SweepConfig {
+        exe,
+        targets: a.target.clone(),
+        steps: parse_counts(&a.steps)?,
+        warmup: a.warmup,
+        duration: a.duration,
+        cooldown: a.cooldown,
+        rate: a.rate,
+        max_conns_per_proc: a.max_conns_per_process,
+        repeat: a.repeat.max(1),
+        server_pids: a.server_pids.clone(),
+        leader_metrics: parse_addrs(&a.leader_metrics)?,
+        follower_metrics: parse_addrs(&a.follower_metrics)?,
+        child_args: a.common.child_args(),
+        source_ips: a.common.source_ips.max(1),
+        connect_deadline: a.common.connect_deadline,
+        timeout: a.common.timeout,
+        work_dir: a.out.join(format!("{}-runs", a.name)),
+        hook_window: a.hook_window.clone(),
+        name: a.name.clone(),
+    };
+    if a.duration.is_zero() {
+        return Err("--duration must be positive".into());
+    }
+    let rep = sweep::sweep(&cfg)?;
+    let base = a.out.join(&a.name);
+    let svg_name = format!("{}.svg", a.name);
+    let write = |ext: &str, body: String| {
+        let p = base.with_extension(ext);
+        std::fs::write(&p, body).map_err(|e| format!("write {}: {e}", p.display()))
+    };
+    write("json", report::sweep_json(&rep) + "\n")?;
+    write("md", report::sweep_markdown(&rep, Some(&svg_name)))?;
+    write("svg", svg::plot(&rep))?;
+    print!("{}", report::sweep_table(&rep));
+    println!("wrote {0}.json, {0}.md, {0}.svg", base.display());
+    let clean = rep.steps.iter().all(|s| s.errors == 0 && s.timeouts == 0 && s.connect_failures == 0);
+    Ok(if clean && rep.crosscheck_ok != Some(false) { 0 } else { 2 })
 }

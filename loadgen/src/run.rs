@@ -2,13 +2,17 @@
 //! of the connections. Closed loop (each connection one append in flight) or open loop
 //! (`rate` appends/s in total, latency measured from the intended send time, so a stall
 //! shows up in the percentiles instead of hiding in fewer samples).
+//!
+//! Several processes run one step together (`sweep`): each connects, says `READY` on
+//! stdout and waits for a shared start time (an absolute UNIX timestamp) so that all
+//! measured windows cover the same wall-clock interval; see [`StartGate`].
 
 use std::cell::{Cell, RefCell};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use corelog_client::codec::{self, decode_frame, ErrorCode, Request, Response, PROTOCOL_VERSION};
 use corelog_server::net::tls_io::{self, Reader, Writer};
@@ -25,9 +29,38 @@ pub fn new_hist() -> Histogram<u64> {
     Histogram::new_with_bounds(1, HIST_MAX_US, 3).expect("static bounds")
 }
 
+/// When the clock starts once every connection is up.
+#[derive(Clone, Copy, Debug)]
+pub enum StartGate {
+    /// As soon as this process has connected.
+    Now,
+    /// At this absolute UNIX time (seconds); at once if already past.
+    At(f64),
+    /// Print `READY <connected> <failures>` on stdout, then read the UNIX start time
+    /// (seconds, a float) as one line from stdin. Used by `sweep` for its children.
+    Stdin,
+}
+
+/// Seconds since the UNIX epoch, now.
+pub fn unix_now() -> f64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
+}
+
+/// The `Instant` that corresponds to the UNIX time `at` (clamped to now if past).
+pub fn instant_of_unix(at: f64) -> Instant {
+    let now_i = Instant::now();
+    let ahead = at - unix_now();
+    if ahead > 0.0 {
+        now_i + Duration::from_secs_f64(ahead)
+    } else {
+        now_i
+    }
+}
+
 #[derive(Clone)]
 pub struct RunConfig {
-    pub target: SocketAddr,
+    /// Connection i goes to `targets[i % len]`.
+    pub targets: Vec<SocketAddr>,
     pub connections: usize,
     pub cores: usize,
     pub warmup: Duration,
@@ -38,20 +71,36 @@ pub struct RunConfig {
     pub tls: Option<Arc<rustls::ClientConfig>>,
     pub server_name: String,
     pub source_ips: u8,
+    /// Source addresses are 127.0.0.(source_ip_base + i % source_ips).
+    pub source_ip_base: u8,
+    /// Executor k is pinned to CPU (first_cpu + k) % ncpu; None: not pinned.
+    pub first_cpu: Option<usize>,
     pub timeout: Duration,
     pub connect_deadline: Duration,
+    pub gate: StartGate,
 }
 
 #[derive(Default)]
 pub struct Outcome {
+    /// Latencies of the appends sent (or, open loop, due) inside the window, in µs.
     pub hist: Option<Histogram<u64>>,
+    /// Appends acknowledged inside the window.
     pub acked: u64,
+    /// Appends acknowledged during the whole run (warm-up and tail included): what the
+    /// server's logs must have gained, for the cross-check.
+    pub acked_total: u64,
     pub errors: u64,
     pub error_codes: Vec<(u16, u64)>,
     pub timeouts: u64,
     pub connect_failures: u64,
     pub connected: u64,
     pub window: Duration,
+    /// Seconds from start to the last connection established.
+    pub connect_s: f64,
+    /// How late this process started its clock after the shared start time (ms).
+    pub late_start_ms: f64,
+    /// The UNIX time the clock started.
+    pub start_unix: f64,
 }
 
 /// State shared by the executors of this process.
@@ -66,6 +115,7 @@ struct Global {
 struct Local {
     hist: RefCell<Histogram<u64>>,
     acked: Cell<u64>,
+    acked_total: Cell<u64>,
     errors: RefCell<Vec<(u16, u64)>>,
     timeouts: Cell<u64>,
 }
@@ -78,13 +128,19 @@ pub fn run(cfg: RunConfig) -> Result<Outcome, String> {
         start: Mutex::new(None),
         connect_failures: AtomicU64::new(0),
     });
+    assert!(!cfg.targets.is_empty(), "at least one target");
     let ncpu = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let began = Instant::now();
     let mut joins = Vec::new();
     for core in 0..cfg.cores {
         let (cfg, g) = (cfg.clone(), g.clone());
         let share = cfg.connections / cfg.cores + usize::from(core < cfg.connections % cfg.cores);
         let first = core * (cfg.connections / cfg.cores) + core.min(cfg.connections % cfg.cores);
-        let h = LocalExecutorBuilder::new(Placement::Fixed(core % ncpu))
+        let placement = match cfg.first_cpu {
+            Some(f) => Placement::Fixed((f + core) % ncpu),
+            None => Placement::Unbound,
+        };
+        let h = LocalExecutorBuilder::new(placement)
             .name(&format!("loadgen-{core}"))
             .io_memory(128 * 1024)
             .spawn(move || async move { executor(cfg, g, first, share).await })
@@ -97,18 +153,55 @@ pub fn run(cfg: RunConfig) -> Result<Outcome, String> {
     while g.finished_connecting.load(Ordering::Acquire) < cfg.cores && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
         if last_print.elapsed() > Duration::from_secs(2) {
-            eprintln!("loadgen: connected {}/{}", g.connected.load(Ordering::Relaxed), cfg.connections);
+            crate::log!("connected {}/{}", g.connected.load(Ordering::Relaxed), cfg.connections);
             last_print = Instant::now();
         }
     }
-    *g.start.lock().unwrap() = Some(Instant::now());
+    let connect_s = began.elapsed().as_secs_f64();
+    let connected = g.connected.load(Ordering::Relaxed);
+    let failures = g.connect_failures.load(Ordering::Relaxed);
+    let (start, late_start_ms) = match cfg.gate {
+        StartGate::Now => (Instant::now(), 0.0),
+        StartGate::At(at) => {
+            let late = (unix_now() - at).max(0.0) * 1000.0;
+            if late > 0.0 {
+                crate::log!("connected {late:.0} ms after the shared start time; starting late");
+            }
+            (instant_of_unix(at), late)
+        }
+        StartGate::Stdin => {
+            use std::io::{BufRead, Write};
+            println!("READY {connected} {failures}");
+            std::io::stdout().flush().map_err(|e| format!("stdout: {e}"))?;
+            let mut line = String::new();
+            std::io::stdin().lock().read_line(&mut line).map_err(|e| format!("stdin: {e}"))?;
+            let at: f64 = line.trim().parse().map_err(|_| format!("bad start time {line:?} on stdin"))?;
+            let late = (unix_now() - at).max(0.0) * 1000.0;
+            (instant_of_unix(at), late)
+        }
+    };
+    let start_unix = unix_now() + start.saturating_duration_since(Instant::now()).as_secs_f64();
+    // Executors busy-wait on `go` with 2 ms sleeps: release them at the start instant.
+    let now = Instant::now();
+    if start > now {
+        std::thread::sleep(start - now);
+    }
+    *g.start.lock().unwrap() = Some(start);
     g.go.store(true, Ordering::Release);
-    let mut out = Outcome { hist: Some(new_hist()), window: cfg.duration, ..Default::default() };
+    let mut out = Outcome {
+        hist: Some(new_hist()),
+        window: cfg.duration,
+        connect_s,
+        late_start_ms,
+        start_unix,
+        ..Default::default()
+    };
     let mut codes: std::collections::BTreeMap<u16, u64> = Default::default();
     for j in joins {
-        let (h, acked, errs, timeouts) = j.join().map_err(|e| format!("executor failed: {e}"))?;
+        let (h, acked, acked_total, errs, timeouts) = j.join().map_err(|e| format!("executor failed: {e}"))?;
         out.hist.as_mut().unwrap().add(&h).map_err(|e| format!("merge: {e:?}"))?;
         out.acked += acked;
+        out.acked_total += acked_total;
         out.timeouts += timeouts;
         for (c, n) in errs {
             *codes.entry(c).or_default() += n;
@@ -121,12 +214,13 @@ pub fn run(cfg: RunConfig) -> Result<Outcome, String> {
     Ok(out)
 }
 
-type ExecResult = (Histogram<u64>, u64, Vec<(u16, u64)>, u64);
+type ExecResult = (Histogram<u64>, u64, u64, Vec<(u16, u64)>, u64);
 
 async fn executor(cfg: RunConfig, g: Arc<Global>, first: usize, share: usize) -> ExecResult {
     let local = Rc::new(Local {
         hist: RefCell::new(new_hist()),
         acked: Cell::new(0),
+        acked_total: Cell::new(0),
         errors: Default::default(),
         timeouts: Cell::new(0),
     });
@@ -150,7 +244,7 @@ async fn executor(cfg: RunConfig, g: Arc<Global>, first: usize, share: usize) ->
                         }
                         Err(e) => {
                             if g.connect_failures.fetch_add(1, Ordering::Relaxed) < 3 {
-                                eprintln!("loadgen: connection {i}: {e}");
+                                crate::log!("connection {i}: {e}");
                             }
                         }
                     }
@@ -188,17 +282,18 @@ async fn executor(cfg: RunConfig, g: Arc<Global>, first: usize, share: usize) ->
     }
     let errs = local.errors.borrow().clone();
     let h = local.hist.borrow().clone();
-    (h, local.acked.get(), errs, local.timeouts.get())
+    (h, local.acked.get(), local.acked_total.get(), errs, local.timeouts.get())
 }
 
 async fn connect(cfg: &RunConfig, i: usize) -> Result<(Reader, Writer), String> {
     use socket2::{Domain, Protocol, Socket, Type};
-    let sk =
-        Socket::new(Domain::for_address(cfg.target), Type::STREAM, Some(Protocol::TCP)).map_err(|e| e.to_string())?;
-    if let IpAddr::V4(ip) = cfg.target.ip() {
-        if ip.is_loopback() && cfg.source_ips > 1 {
+    let target = cfg.targets[i % cfg.targets.len()];
+    let sk = Socket::new(Domain::for_address(target), Type::STREAM, Some(Protocol::TCP)).map_err(|e| e.to_string())?;
+    if let IpAddr::V4(ip) = target.ip() {
+        if ip.is_loopback() && (cfg.source_ips > 1 || cfg.source_ip_base > 1) {
             // One source address reaches only ~28k ports of one destination: spread.
-            let src = Ipv4Addr::new(127, 0, 0, 1 + (i % cfg.source_ips as usize) as u8);
+            let last = cfg.source_ip_base as usize + i % cfg.source_ips.max(1) as usize;
+            let src = Ipv4Addr::new(127, 0, 0, last.clamp(1, 254) as u8);
             let one: libc::c_int = 1;
             // SAFETY: valid fd and option value.
             unsafe {
@@ -215,10 +310,10 @@ async fn connect(cfg: &RunConfig, i: usize) -> Result<(Reader, Writer), String> 
     }
     sk.set_nodelay(true).map_err(|e| e.to_string())?;
     sk.set_nonblocking(true).map_err(|e| e.to_string())?;
-    match sk.connect(&cfg.target.into()) {
+    match sk.connect(&target.into()) {
         Ok(()) => {}
         Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}
-        Err(e) => return Err(format!("connect {}: {e}", cfg.target)),
+        Err(e) => return Err(format!("connect {target}: {e}")),
     }
     // The first write (ClientHello or Hello) waits for the connection to complete.
     // SAFETY: we hand the connected-or-connecting socket's fd over to glommio.
@@ -306,6 +401,7 @@ async fn drive(
         let done = Instant::now();
         match res {
             Ok((codec::op::APPENDED, _)) => {
+                local.acked_total.set(local.acked_total.get() + 1);
                 if t0 >= measure_from {
                     let us = (done - t0).as_micros().clamp(1, HIST_MAX_US as u128) as u64;
                     local.hist.borrow_mut().record(us).expect("clamped to bounds");

@@ -1,0 +1,171 @@
+//! A small hand-written SVG plot of a sweep: acknowledged writes/s (left axis, linear)
+//! and p50/p99 latency (right axis, logarithmic) against connections (logarithmic).
+
+use std::fmt::Write;
+
+use crate::report::fmt_int;
+use crate::sweep::SweepReport;
+
+const W: f64 = 820.0;
+const H: f64 = 460.0;
+const LEFT: f64 = 90.0;
+const RIGHT: f64 = 90.0;
+const TOP: f64 = 50.0;
+const BOTTOM: f64 = 70.0;
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+}
+
+/// A "nice" axis maximum: 1, 2, 2.5 or 5 × 10^k at or above `v`.
+fn nice_ceil(v: f64) -> f64 {
+    if v <= 0.0 {
+        return 1.0;
+    }
+    let p = 10f64.powf(v.log10().floor());
+    for m in [1.0, 2.0, 2.5, 5.0, 10.0] {
+        if m * p >= v {
+            return m * p;
+        }
+    }
+    10.0 * p
+}
+
+pub fn plot(r: &SweepReport) -> String {
+    let pw = W - LEFT - RIGHT;
+    let ph = H - TOP - BOTTOM;
+    let xs: Vec<f64> = r.steps.iter().map(|s| s.connections as f64).collect();
+    let (xmin, xmax) =
+        (xs.iter().cloned().fold(f64::INFINITY, f64::min).max(1.0), xs.iter().cloned().fold(0.0, f64::max).max(1.0));
+    let (lx0, lx1) = if xmax > xmin { (xmin.log10(), xmax.log10()) } else { (xmin.log10() - 0.5, xmin.log10() + 0.5) };
+    let pad = (lx1 - lx0) * 0.05;
+    let (lx0, lx1) = (lx0 - pad, lx1 + pad);
+    let x = |c: f64| LEFT + (c.max(1.0).log10() - lx0) / (lx1 - lx0) * pw;
+    let tmax = nice_ceil(r.steps.iter().map(|s| s.acked_per_s).fold(0.0, f64::max) * 1.1);
+    let yt = |v: f64| TOP + ph - v / tmax * ph;
+    // Latency axis in ms, log scale over whole decades.
+    let lat: Vec<f64> = r
+        .steps
+        .iter()
+        .flat_map(|s| [s.p50_us as f64 / 1000.0, s.p99_us as f64 / 1000.0])
+        .filter(|v| *v > 0.0)
+        .collect();
+    let lmin = 10f64.powf(lat.iter().cloned().fold(f64::INFINITY, f64::min).max(0.01).log10().floor());
+    let lmax = 10f64.powf(lat.iter().cloned().fold(0.0, f64::max).max(lmin * 10.0).log10().ceil());
+    let yl = |ms: f64| TOP + ph - (ms.max(lmin).log10() - lmin.log10()) / (lmax.log10() - lmin.log10()) * ph;
+
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" font-family="sans-serif" font-size="12">"#
+    );
+    let _ = writeln!(s, r#"<rect width="{W}" height="{H}" fill="white"/>"#);
+    let mode = match r.rate {
+        Some(rate) => format!("open loop, {} appends/s", fmt_int(rate)),
+        None => "closed loop, 1 append in flight per connection".into(),
+    };
+    let _ = writeln!(
+        s,
+        r#"<text x="{}" y="24" text-anchor="middle" font-size="15" font-weight="bold">{}</text>"#,
+        W / 2.0,
+        esc(&format!("corelog sweep {} — {mode}", r.name))
+    );
+    // Frame and grid.
+    let _ = writeln!(s, r##"<rect x="{LEFT}" y="{TOP}" width="{pw}" height="{ph}" fill="none" stroke="#444"/>"##);
+    for i in 0..=5 {
+        let v = tmax * i as f64 / 5.0;
+        let y = yt(v);
+        let _ = writeln!(s, r##"<line x1="{LEFT}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke="#ddd"/>"##, LEFT + pw);
+        let _ = writeln!(
+            s,
+            r##"<text x="{:.1}" y="{:.1}" text-anchor="end" fill="#1f5fbf">{}</text>"##,
+            LEFT - 6.0,
+            y + 4.0,
+            fmt_int(v)
+        );
+    }
+    let mut d = lmin;
+    while d <= lmax * 1.0001 {
+        let y = yl(d);
+        let label = if d >= 1.0 { format!("{d:.0} ms") } else { format!("{d} ms") };
+        let _ = writeln!(s, r##"<text x="{:.1}" y="{:.1}" fill="#b03030">{label}</text>"##, LEFT + pw + 6.0, y + 4.0);
+        d *= 10.0;
+    }
+    for &c in &xs {
+        let px = x(c);
+        let _ = writeln!(s, r##"<line x1="{px:.1}" y1="{TOP}" x2="{px:.1}" y2="{:.1}" stroke="#eee"/>"##, TOP + ph);
+        let label = if c >= 1000.0 && (c % 1000.0) == 0.0 { format!("{}k", c / 1000.0) } else { fmt_int(c) };
+        let _ = writeln!(s, r#"<text x="{px:.1}" y="{:.1}" text-anchor="middle">{label}</text>"#, TOP + ph + 18.0);
+    }
+    let _ = writeln!(
+        s,
+        r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">connections (log scale)</text>"#,
+        LEFT + pw / 2.0,
+        H - 28.0
+    );
+    let _ = writeln!(
+        s,
+        r##"<text transform="translate(20,{:.1}) rotate(-90)" text-anchor="middle" fill="#1f5fbf">acknowledged writes/s</text>"##,
+        TOP + ph / 2.0
+    );
+    let _ = writeln!(
+        s,
+        r##"<text transform="translate({:.1},{:.1}) rotate(90)" text-anchor="middle" fill="#b03030">latency (log scale)</text>"##,
+        W - 22.0,
+        TOP + ph / 2.0
+    );
+    // Series.
+    let series: [(&str, &str, &str, Vec<(f64, f64)>); 3] = [
+        (
+            "acked writes/s",
+            "#1f5fbf",
+            "",
+            r.steps.iter().map(|st| (x(st.connections as f64), yt(st.acked_per_s))).collect(),
+        ),
+        (
+            "p50",
+            "#e08a00",
+            "6,4",
+            r.steps.iter().map(|st| (x(st.connections as f64), yl(st.p50_us as f64 / 1000.0))).collect(),
+        ),
+        (
+            "p99",
+            "#b03030",
+            "2,3",
+            r.steps.iter().map(|st| (x(st.connections as f64), yl(st.p99_us as f64 / 1000.0))).collect(),
+        ),
+    ];
+    for (i, (name, color, dash, pts)) in series.iter().enumerate() {
+        let path: Vec<String> = pts.iter().map(|(a, b)| format!("{a:.1},{b:.1}")).collect();
+        let _ = writeln!(
+            s,
+            r#"<polyline points="{}" fill="none" stroke="{color}" stroke-width="2.5" stroke-dasharray="{dash}"/>"#,
+            path.join(" ")
+        );
+        for (a, b) in pts {
+            let _ = writeln!(s, r#"<circle cx="{a:.1}" cy="{b:.1}" r="3.5" fill="{color}"/>"#);
+        }
+        let lx = LEFT + 12.0 + i as f64 * 150.0;
+        let ly = H - 8.0;
+        let _ = writeln!(
+            s,
+            r#"<line x1="{lx}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="{color}" stroke-width="2.5" stroke-dasharray="{dash}"/>"#,
+            ly - 4.0,
+            lx + 28.0,
+            ly - 4.0
+        );
+        let _ = writeln!(s, r#"<text x="{:.1}" y="{ly}">{}</text>"#, lx + 34.0, esc(name));
+    }
+    s.push_str("</svg>\n");
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn nice() {
+        assert_eq!(super::nice_ceil(31_000.0), 50_000.0);
+        assert_eq!(super::nice_ceil(19_000.0), 20_000.0);
+        assert_eq!(super::nice_ceil(0.0), 1.0);
+    }
+}
