@@ -1,0 +1,179 @@
+//! The open loop sees what the closed loop hides.
+//!
+//! A real `corelog` server (standalone, mTLS) is frozen for 100 ms with SIGSTOP/SIGCONT
+//! in the middle of a measured window — the stall is the injected fault. The same stall
+//! is injected into an open-loop run (fixed rate, latency from the intended send time)
+//! and a closed-loop run (one append in flight per connection):
+//!
+//! - open loop: every append due during the stall waits for it, so ~10% of the window's
+//!   appends see 0–100 ms and p99 is ≈ 90–100 ms;
+//! - closed loop: each connection is simply blocked and sends nothing, so the stall costs
+//!   one sample per connection; p99 stays at the usual sub-millisecond to few-ms level
+//!   and only the max shows the stall (coordinated omission).
+//!
+//! The server binary is found next to the load generator (target/<profile>/corelog); the
+//! test says why and passes without checking anything if it is not built.
+
+use std::io::{BufRead, BufReader};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use corelog_loadgen::result::RunResult;
+use corelog_loadgen::run::{instant_of_unix, unix_now};
+
+const STALL: Duration = Duration::from_millis(100);
+const WARMUP_MS: u64 = 500;
+const WINDOW_MS: u64 = 1000;
+/// Where in the window the stall starts.
+const STALL_AT_MS: u64 = 300;
+const CONNECTIONS: usize = 8;
+const RATE: f64 = 1000.0;
+
+struct Server(Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        // SAFETY: plain kill(2) on our own child; CONT first in case a test failed mid-stall.
+        unsafe { libc::kill(self.0.id() as i32, libc::SIGCONT) };
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn server_bin() -> Option<PathBuf> {
+    let p = Path::new(env!("CARGO_BIN_EXE_corelog-loadgen")).with_file_name("corelog");
+    p.exists().then_some(p)
+}
+
+/// A port p such that p and p+1 (shard 0's direct port) are free now.
+fn free_port_pair() -> u16 {
+    for _ in 0..100 {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let p = l.local_addr().unwrap().port();
+        if p < 65000 && TcpListener::bind(("127.0.0.1", p + 1)).is_ok() {
+            return p;
+        }
+    }
+    panic!("no free port pair");
+}
+
+fn start_server(bin: &Path, dir: &Path) -> (Server, u16) {
+    let certs = dir.join("certs");
+    let st = Command::new(bin).arg("certs").arg("--out").arg(&certs).stdout(Stdio::null()).status().unwrap();
+    assert!(st.success(), "corelog certs failed");
+    let port = free_port_pair();
+    let metrics = free_port_pair();
+    let mut child = Command::new(bin)
+        .args(["serve", "--role", "standalone", "--shard-count", "1", "--segment-bytes", "67108864"])
+        .arg("--data-dir")
+        .arg(dir.join("data"))
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .args(["--metrics-listen", &format!("127.0.0.1:{metrics}")])
+        .arg("--cert")
+        .arg(certs.join("server.pem"))
+        .arg("--key")
+        .arg(certs.join("server.key"))
+        .arg("--client-ca")
+        .arg(certs.join("ca.pem"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let err = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for l in BufReader::new(err).lines().map_while(Result::ok) {
+            eprintln!("server: {l}");
+            if l.contains("ready") {
+                let _ = tx.send(());
+            }
+        }
+    });
+    let server = Server(child);
+    rx.recv_timeout(Duration::from_secs(30)).expect("server ready within 30 s");
+    (server, port)
+}
+
+/// One run of the load generator with a 100 ms SIGSTOP of the server inside the window.
+fn run_with_stall(dir: &Path, server: &Server, port: u16, rate: Option<f64>, name: &str) -> RunResult {
+    let certs = dir.join("certs");
+    let json = dir.join(format!("{name}.json"));
+    // Connecting 8 connections takes milliseconds; the shared start time leaves room.
+    let start_unix = unix_now() + 2.0;
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_corelog-loadgen"));
+    cmd.arg("run")
+        .args(["--target", &format!("127.0.0.1:{port}")])
+        .args(["--connections", &CONNECTIONS.to_string(), "--cores", "1", "--source-ips", "1"])
+        .args(["--warmup", &format!("{WARMUP_MS}ms"), "--duration", &format!("{WINDOW_MS}ms")])
+        .args(["--start-at", &format!("{start_unix:.6}"), "--quiet", "--label", name])
+        .arg("--ca")
+        .arg(certs.join("ca.pem"))
+        .arg("--cert")
+        .arg(certs.join("client.pem"))
+        .arg("--key")
+        .arg(certs.join("client.key"))
+        .arg("--json")
+        .arg(&json);
+    if let Some(r) = rate {
+        cmd.args(["--rate", &r.to_string()]);
+    }
+    let mut lg = cmd.spawn().unwrap();
+    // The injected fault: freeze the whole server process for STALL.
+    let stall_at = instant_of_unix(start_unix) + Duration::from_millis(WARMUP_MS + STALL_AT_MS);
+    let now = Instant::now();
+    assert!(stall_at > now);
+    std::thread::sleep(stall_at - now);
+    let pid = server.0.id() as i32;
+    // SAFETY: kill(2) on our own child process.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+    std::thread::sleep(STALL);
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
+    let st = lg.wait().unwrap();
+    assert!(st.success(), "{name}: load generator failed: {st}");
+    let r = RunResult::from_json(std::fs::read_to_string(&json).unwrap().trim()).unwrap();
+    eprintln!(
+        "{name}: acked {} in {} s, p50 {} µs, p99 {} µs, p99.9 {} µs, max {} µs, errors {}, timeouts {}, late start {:.1} ms",
+        r.acked, r.window_s, r.p50_us, r.p99_us, r.p999_us, r.max_us, r.errors, r.timeouts, r.late_start_ms
+    );
+    assert_eq!(r.errors + r.timeouts + r.connect_failures, 0, "{name}: errors");
+    assert!(r.late_start_ms < 50.0, "{name}: started {} ms late; the stall missed its place", r.late_start_ms);
+    r
+}
+
+#[test]
+fn open_loop_shows_a_100ms_stall_in_p99_that_closed_loop_hides() {
+    let Some(bin) = server_bin() else {
+        eprintln!(
+            "SKIPPED: no server binary next to {} (run `cargo build --release` first)",
+            env!("CARGO_BIN_EXE_corelog-loadgen")
+        );
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (server, port) = start_server(&bin, dir.path());
+
+    let open = run_with_stall(dir.path(), &server, port, Some(RATE), "open");
+    let closed = run_with_stall(dir.path(), &server, port, None, "closed");
+
+    // Open loop: ~1,000 appends due in the window, ~100 of them during the stall, waiting
+    // 0..100 ms for it: the top 1% waited ≥ ~90 ms.
+    assert!(open.acked as f64 >= RATE * WINDOW_MS as f64 / 1000.0 * 0.9, "open loop kept its rate: {}", open.acked);
+    assert!(open.p99_us >= 80_000, "open-loop p99 {} µs must show the 100 ms stall", open.p99_us);
+    assert!(open.max_us >= 95_000, "open-loop max {} µs", open.max_us);
+    // Closed loop: the stall hit it too (max), but each connection lost only one sample.
+    assert!(closed.max_us >= 90_000, "closed-loop max {} µs: the stall must have hit this run", closed.max_us);
+    assert!(
+        closed.acked >= 100 * CONNECTIONS as u64,
+        "closed loop too slow to judge p99 ({} samples)",
+        closed.acked
+    );
+    assert!(
+        closed.p99_us < 40_000 && closed.p99_us * 2 < open.p99_us,
+        "closed-loop p99 {} µs should hide the stall (open-loop p99 {} µs)",
+        closed.p99_us,
+        open.p99_us
+    );
+}
