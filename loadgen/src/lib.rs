@@ -63,7 +63,7 @@ pub fn parse_counts(s: &str) -> Result<Vec<usize>, String> {
             };
             let v: f64 = num.parse().map_err(|_| format!("bad count {p:?}"))?;
             let n = (v * mul).round();
-            if !(n >= 1.0 && n <= 1e7) {
+            if !(1.0..=1e7).contains(&n) {
                 return Err(format!("count {p:?} out of range"));
             }
             Ok(n as usize)

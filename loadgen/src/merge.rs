@@ -26,7 +26,7 @@ pub fn from_bytes(b: &[u8]) -> Result<Histogram<u64>, String> {
 }
 
 pub fn from_hex(s: &str) -> Result<Histogram<u64>, String> {
-    if s.len() % 2 != 0 {
+    if !s.len().is_multiple_of(2) {
         return Err("odd-length histogram hex".into());
     }
     let bytes: Result<Vec<u8>, _> = (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16)).collect();

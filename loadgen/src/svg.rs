@@ -115,7 +115,8 @@ pub fn plot(r: &SweepReport) -> String {
         TOP + ph / 2.0
     );
     // Series.
-    let series: [(&str, &str, &str, Vec<(f64, f64)>); 3] = [
+    type Series<'a> = (&'a str, &'a str, &'a str, Vec<(f64, f64)>);
+    let series: [Series; 3] = [
         (
             "acked writes/s",
             "#1f5fbf",

@@ -241,9 +241,6 @@ pub fn sweep(cfg: &SweepConfig) -> Result<SweepReport, String> {
                 }
             );
             runs.push(r);
-            if !cfg.cooldown.is_zero() && !(si + 1 == total && rep + 1 == cfg.repeat.max(1)) {
-                crate::log!("cool-down {:?}", cfg.cooldown);
-            }
         }
     }
     let steps: Vec<StepSummary> = cfg
@@ -409,7 +406,7 @@ fn run_step(cfg: &SweepConfig, n: usize, rep: usize, tag: &str) -> Result<StepRu
         None => None,
     };
     // Progress during the window: the leader's acknowledged appends per second.
-    let mut last = (Instant::now(), before_leader.map(|_| scrape::node_counters(&cfg.leader_metrics).ok()).flatten());
+    let mut last = (Instant::now(), before_leader.and_then(|_| scrape::node_counters(&cfg.leader_metrics).ok()));
     while Instant::now() + Duration::from_millis(2100) < window_to {
         std::thread::sleep(Duration::from_secs(2));
         let el = window_from.elapsed().as_secs_f64();
@@ -480,6 +477,7 @@ fn run_step(cfg: &SweepConfig, n: usize, rep: usize, tag: &str) -> Result<StepRu
     let errors: u64 = results.iter().map(|r| r.errors).sum();
     let timeouts: u64 = results.iter().map(|r| r.timeouts).sum();
     if !cfg.cooldown.is_zero() {
+        crate::log!("{tag}: cool-down {:?}, then cross-check", cfg.cooldown);
         std::thread::sleep(cfg.cooldown);
     }
     let crosscheck = match before_leader {

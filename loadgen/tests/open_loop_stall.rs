@@ -165,11 +165,7 @@ fn open_loop_shows_a_100ms_stall_in_p99_that_closed_loop_hides() {
     assert!(open.max_us >= 95_000, "open-loop max {} µs", open.max_us);
     // Closed loop: the stall hit it too (max), but each connection lost only one sample.
     assert!(closed.max_us >= 90_000, "closed-loop max {} µs: the stall must have hit this run", closed.max_us);
-    assert!(
-        closed.acked >= 100 * CONNECTIONS as u64,
-        "closed loop too slow to judge p99 ({} samples)",
-        closed.acked
-    );
+    assert!(closed.acked >= 100 * CONNECTIONS as u64, "closed loop too slow to judge p99 ({} samples)", closed.acked);
     assert!(
         closed.p99_us < 40_000 && closed.p99_us * 2 < open.p99_us,
         "closed-loop p99 {} µs should hide the stall (open-loop p99 {} µs)",
