@@ -176,6 +176,7 @@ async fn start_shard(
     let metrics = ShardMetrics::new(id);
     metrics.ktls_active.set(0.0);
     let shard = Shard::new(scfg, log, role, epoch, metrics);
+    shard.release(); // publish the recovered offsets
     glommio::spawn_local(shard.clone().commit_loop()).detach();
     glommio::spawn_local(shard.clone().deadline_loop()).detach();
     let shared = listener::bind(cfg.listen, true).map_err(|e| format!("listen {}: {e}", cfg.listen))?;

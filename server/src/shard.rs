@@ -106,6 +106,9 @@ pub struct Shard {
     unacked_count: Cell<usize>,
     /// Follower's durable end as last acknowledged to us (leader only).
     pub follower_next: Cell<u64>,
+    /// Leader only: records below the first offset of the current epoch are history
+    /// this leader inherited (a promoted follower's log): committed without an ack.
+    commit_floor: u64,
     pub recent: RefCell<VecDeque<Recent>>,
     recent_bytes: Cell<usize>,
     /// Something was staged: wakes the commit loop.
@@ -122,7 +125,9 @@ pub struct Shard {
 impl Shard {
     pub fn new(cfg: ShardConfig, log: Rc<Log>, role: Role, epoch: u32, metrics: ShardMetrics) -> Rc<Shard> {
         let next = log.next_offset();
+        let commit_floor = log.end_of_epoch(epoch.saturating_sub(1));
         Rc::new(Shard {
+            commit_floor,
             cfg,
             log,
             role: Cell::new(role),
@@ -151,7 +156,7 @@ impl Shard {
     pub fn committed(&self) -> u64 {
         let local = self.log.next_offset();
         match self.role.get() {
-            Role::Leader if !self.cfg.standalone => local.min(self.follower_next.get()),
+            Role::Leader if !self.cfg.standalone => local.min(self.follower_next.get()).max(self.commit_floor),
             _ => local,
         }
     }
@@ -247,6 +252,7 @@ impl Shard {
         self.next_assign.set(end);
         self.recent.borrow_mut().clear();
         self.recent_bytes.set(0);
+        self.release();
         Ok(end)
     }
 
@@ -327,6 +333,7 @@ impl Shard {
             self.metrics.appends.increment(n);
         }
         self.metrics.durable_offset.set(end as f64);
+        self.metrics.log_end.set(self.log.next_offset() as f64);
         if !self.cfg.standalone && self.role.get() == Role::Leader {
             let lag = self.log.next_offset().saturating_sub(self.follower_next.get());
             self.metrics.replication_lag.set(lag as f64);

@@ -45,7 +45,6 @@ pub async fn run(shard: Rc<Shard>, cfg: LinkConfig) {
                 }
             }
         }
-        shard.follower_next.set(0.max(shard.follower_next.get()));
         glommio::timer::sleep(backoff).await;
         backoff = (backoff * 2).min(Duration::from_secs(1));
     }

@@ -123,9 +123,10 @@ impl Node {
             format!("127.0.0.1:{}", ports.client),
             "--metrics-listen".into(),
             format!("127.0.0.1:{}", ports.metrics),
-            "--segment-bytes".into(),
-            (4u64 << 20).to_string(),
         ];
+        if !extra.contains(&"--segment-bytes") {
+            a.extend(["--segment-bytes".into(), (4u64 << 20).to_string()]);
+        }
         match certs {
             Some(c) => a.extend([
                 "--cert".into(),

@@ -1,0 +1,362 @@
+//! Leader → follower replication against real processes: both logs identical, follower
+//! crash, leader crash + promotion + fencing + rejoin, large catch-up, refused links.
+
+mod common;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use common::*;
+use corelog_client::{Client, ErrorCode};
+
+struct Pair {
+    leader: Node,
+    follower: Node,
+}
+
+fn pair(dir: &TempDir, certs: Option<&Path>, extra: &[&str]) -> Pair {
+    let (lp, fp) = (ports(), ports());
+    let ldata = dir.path().join("leader");
+    let fdata = dir.path().join("follower");
+    let largs = Node::args(Mode::Leader { follower_repl: fp.repl }, &ldata, lp, certs, "server", extra);
+    let fargs = Node::args(Mode::Follower { leader_client: lp.client }, &fdata, fp, certs, "follower", extra);
+    Pair { leader: Node::new("leader", ldata, lp, largs), follower: Node::new("follower", fdata, fp, fargs) }
+}
+
+/// Waits (bounded) until the follower's committed offsets match the leader's.
+fn wait_caught_up(p: &Pair, within: Duration) {
+    let deadline = Instant::now() + within;
+    loop {
+        let l = p.leader.metric_sum("corelog_log_end_offset");
+        let lc = p.leader.metric_sum("corelog_committed_offset");
+        let f = p.follower.metric_sum("corelog_log_end_offset");
+        if l == f && l == lc && l > 0.0 {
+            return;
+        }
+        assert!(Instant::now() < deadline, "follower not caught up: leader {l}, follower {f}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn assert_same_logs(a: &Path, b: &Path) -> Vec<(u64, String)> {
+    let (ca, oa) = inspect(a);
+    let (cb, ob) = inspect(b);
+    assert_eq!((ca, cb), (0, 0), "inspect:\n{oa}\n{ob}");
+    let (sa, sb) = (inspect_summary(&oa), inspect_summary(&ob));
+    assert_eq!(sa, sb, "logs differ:\n{oa}\n{ob}");
+    sa
+}
+
+#[test]
+fn every_acked_write_is_on_both_disks_byte_identical() {
+    let dir = TempDir::new("repl-both");
+    let certs = certs(dir.path());
+    let mut p = pair(&dir, Some(&certs), &[]);
+    p.follower.start();
+    p.leader.start();
+    let cfg = client_config(Some(&certs));
+    let rt = runtime();
+    let acked = Acked::default();
+    assert_eq!(rt.block_on(load(&p.leader.addr(), &cfg, 40, 250, "r", &acked)), 0);
+    // Reads from the follower return the acked records too.
+    let shards: Vec<_> = (0..2).map(|s| rt.block_on(read_all(&p.follower.addr(), &cfg, s))).collect();
+    verify_acked(&acked, &shards);
+    // An append sent to the follower is redirected to the leader by the client.
+    let pos = rt
+        .block_on(async { Client::connect(&p.follower.addr(), &cfg).await.unwrap().append(b"via follower").await })
+        .unwrap();
+    acked.lock().unwrap().insert(pos, b"via follower".to_vec());
+    wait_caught_up(&p, Duration::from_secs(10));
+    p.leader.kill9();
+    p.follower.kill9();
+    let s = assert_same_logs(&p.leader.data, &p.follower.data);
+    let records: u64 = s.iter().map(|x| x.0).sum();
+    assert_eq!(records as usize, acked.lock().unwrap().len(), "records on disk == acked appends");
+}
+
+#[test]
+fn follower_kill9_stops_acks_until_it_is_back_and_caught_up() {
+    let dir = TempDir::new("repl-fkill");
+    let mut p = pair(&dir, None, &[]);
+    p.follower.start();
+    p.leader.start();
+    let cfg = client_config(None);
+    let rt = runtime();
+    let acked = Acked::default();
+    let (addr, cfg2, acked2) = (p.leader.addr(), cfg.clone(), acked.clone());
+    let loader = rt.spawn(async move { load(&addr, &cfg2, 20, 1_000_000, "f", &acked2).await });
+    while acked.lock().unwrap().len() < 2000 {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    p.follower.kill9();
+    // Acks already released before the kill may still be in flight: let them land.
+    let settled = |a: &Acked| {
+        let n0 = a.lock().unwrap().len();
+        std::thread::sleep(Duration::from_millis(300));
+        (n0, a.lock().unwrap().len())
+    };
+    let (_, n_down) = settled(&acked);
+    let (n1, n2) = settled(&acked);
+    assert_eq!(n_down, n2, "no append is acknowledged while the follower is down ({n1} → {n2})");
+    p.follower.start();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while acked.lock().unwrap().len() < n2 + 2000 {
+        assert!(Instant::now() < deadline, "acks did not resume");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    p.leader.kill9();
+    assert_eq!(rt.block_on(loader).unwrap(), 20);
+    p.leader.start();
+    wait_caught_up(&p, Duration::from_secs(20));
+    let lshards: Vec<_> = (0..2).map(|s| rt.block_on(read_all(&p.leader.addr(), &cfg, s))).collect();
+    let fshards: Vec<_> = (0..2).map(|s| rt.block_on(read_all(&p.follower.addr(), &cfg, s))).collect();
+    verify_acked(&acked, &lshards);
+    verify_acked(&acked, &fshards);
+    p.leader.kill9();
+    p.follower.kill9();
+    assert_same_logs(&p.leader.data, &p.follower.data);
+}
+
+#[test]
+fn leader_kill9_promote_follower_old_leader_is_fenced_then_rejoins() {
+    let dir = TempDir::new("repl-failover");
+    let mut p = pair(&dir, None, &["--ack-timeout-ms", "2000"]);
+    p.follower.start();
+    p.leader.start();
+    let cfg = client_config(None);
+    let rt = runtime();
+    let acked = Acked::default();
+    let (addr, cfg2, acked2) = (p.leader.addr(), cfg.clone(), acked.clone());
+    let loader = rt.spawn(async move { load(&addr, &cfg2, 20, 1_000_000, "a", &acked2).await });
+    while acked.lock().unwrap().len() < 3000 {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    p.leader.kill9();
+    rt.block_on(loader).unwrap();
+    // Promote the follower (offline) and restart it as leader, pointing at the old one.
+    p.follower.kill9();
+    let st = std::process::Command::new(BIN)
+        .args(["admin", "promote", "--data-dir"])
+        .arg(&p.follower.data)
+        .output()
+        .unwrap();
+    assert!(st.status.success(), "{}", String::from_utf8_lossy(&st.stderr));
+    assert!(String::from_utf8_lossy(&st.stdout).contains("epoch 2"));
+    let (old, new) = (p.leader.ports, p.follower.ports);
+    let mut new_leader = Node::new(
+        "new-leader",
+        p.follower.data.clone(),
+        new,
+        Node::args(
+            Mode::Leader { follower_repl: old.repl },
+            &p.follower.data,
+            new,
+            None,
+            "",
+            &["--ack-timeout-ms", "2000"],
+        ),
+    );
+    new_leader.start();
+    // Every acked write is readable from the new leader.
+    let shards: Vec<_> = (0..2).map(|s| rt.block_on(read_all(&new_leader.addr(), &cfg, s))).collect();
+    verify_acked(&acked, &shards);
+    // The old leader comes back as leader by mistake: it is fenced and refuses appends.
+    p.leader.start();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let fenced = loop {
+        let r = rt.block_on(async { Client::connect(&p.leader.addr(), &cfg).await?.append(b"stale").await });
+        match r {
+            Err(e) if e.code() == Some(ErrorCode::Fenced) => break true,
+            _ if Instant::now() > deadline => break false,
+            _ => std::thread::sleep(Duration::from_millis(50)),
+        }
+    };
+    assert!(fenced, "old leader not fenced:\n{}", p.leader.log_text());
+    assert!(p.leader.log_text().contains("FENCED"));
+    // Restart it as a follower of the new leader: it truncates and catches up.
+    p.leader.kill9();
+    let mut old_follower = Node::new(
+        "old-as-follower",
+        p.leader.data.clone(),
+        old,
+        Node::args(Mode::Follower { leader_client: new.client }, &p.leader.data, old, None, "", &[]),
+    );
+    old_follower.start();
+    let acked_new = Acked::default();
+    assert_eq!(rt.block_on(load(&new_leader.addr(), &cfg, 10, 100, "b", &acked_new)), 0);
+    let pr = Pair { leader: new_leader, follower: old_follower };
+    wait_caught_up(&pr, Duration::from_secs(20));
+    let fshards: Vec<_> = (0..2).map(|s| rt.block_on(read_all(&pr.follower.addr(), &cfg, s))).collect();
+    verify_acked(&acked, &fshards);
+    verify_acked(&acked_new, &fshards);
+    let Pair { mut leader, mut follower } = pr;
+    leader.kill9();
+    follower.kill9();
+    assert_same_logs(&leader.data, &follower.data);
+    drop(p);
+}
+
+#[test]
+fn a_one_gigabyte_backlog_is_caught_up_and_logs_end_identical() {
+    let gib: u64 = std::env::var("CORELOG_BACKLOG_BYTES").ok().and_then(|v| v.parse().ok()).unwrap_or(1 << 30);
+    let dir = TempDir::new("repl-backlog");
+    let mut p = pair(&dir, None, &["--segment-bytes", &(256u64 << 20).to_string()]);
+    // Build the backlog: the leader's data dir written as standalone (no follower).
+    let mut solo = Node::new(
+        "solo",
+        p.leader.data.clone(),
+        p.leader.ports,
+        Node::args(
+            Mode::Standalone,
+            &p.leader.data,
+            p.leader.ports,
+            None,
+            "",
+            &["--segment-bytes", &(256u64 << 20).to_string()],
+        ),
+    );
+    solo.start();
+    let rt = runtime();
+    let payload = vec![0x42u8; 60 * 1024];
+    let per_conn = (gib / payload.len() as u64).div_ceil(8);
+    let t = Instant::now();
+    rt.block_on(async {
+        let mut tasks = Vec::new();
+        for _ in 0..8 {
+            let (addr, payload) = (solo.addr(), payload.clone());
+            tasks.push(tokio::spawn(async move {
+                let c = Client::connect(&addr, &client_config(None)).await.unwrap();
+                for _ in 0..per_conn {
+                    c.append(&payload).await.unwrap();
+                }
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+    });
+    eprintln!("backlog: {} MiB written in {:?}", 8 * per_conn * payload.len() as u64 >> 20, t.elapsed());
+    solo.kill9();
+    p.follower.start();
+    let t = Instant::now();
+    p.leader.start();
+    wait_caught_up(&p, Duration::from_secs(300));
+    eprintln!("backlog: caught up in {:?}", t.elapsed());
+    p.leader.kill9();
+    p.follower.kill9();
+    let s = assert_same_logs(&p.leader.data, &p.follower.data);
+    assert_eq!(s.iter().map(|x| x.0).sum::<u64>(), 8 * per_conn);
+}
+
+#[test]
+fn replication_links_with_a_wrong_certificate_shard_count_or_lower_epoch_are_refused() {
+    let dir = TempDir::new("repl-refuse");
+    let certs = certs(dir.path());
+    let other = TempDir::new("repl-refuse-other");
+    let other_certs = common::certs(other.path());
+    // Wrong certificate: the leader presents a certificate from another CA.
+    let (lp, fp) = (ports(), ports());
+    let mut f = Node::new(
+        "f",
+        dir.path().join("f1"),
+        fp,
+        Node::args(
+            Mode::Follower { leader_client: lp.client },
+            &dir.path().join("f1"),
+            fp,
+            Some(&certs),
+            "follower",
+            &[],
+        ),
+    );
+    let mut l = Node::new(
+        "l",
+        dir.path().join("l1"),
+        lp,
+        Node::args(
+            Mode::Leader { follower_repl: fp.repl },
+            &dir.path().join("l1"),
+            lp,
+            Some(&other_certs),
+            "server",
+            &[],
+        ),
+    );
+    f.start();
+    l.start();
+    wait_log(&f, "TLS handshake failed");
+    assert_eq!(f.metric_sum("corelog_committed_offset"), 0.0);
+    l.kill9();
+    f.kill9();
+    // Different shard count.
+    let (lp, fp) = (ports(), ports());
+    let mut f = Node::new(
+        "f",
+        dir.path().join("f2"),
+        fp,
+        Node::args(
+            Mode::Follower { leader_client: lp.client },
+            &dir.path().join("f2"),
+            fp,
+            None,
+            "",
+            &["--shard-count", "1"],
+        ),
+    );
+    let mut l = Node::new(
+        "l",
+        dir.path().join("l2"),
+        lp,
+        Node::args(
+            Mode::Leader { follower_repl: fp.repl },
+            &dir.path().join("l2"),
+            lp,
+            None,
+            "",
+            &["--shard-count", "2"],
+        ),
+    );
+    f.start();
+    l.start();
+    wait_log(&f, "does not match ours");
+    wait_log(&l, "follower refused");
+    l.kill9();
+    f.kill9();
+    // Lower epoch: the follower has been promoted twice; the leader is at epoch 1.
+    let (lp, fp) = (ports(), ports());
+    let fdata = dir.path().join("f3");
+    let mut f = Node::new(
+        "f",
+        fdata.clone(),
+        fp,
+        Node::args(Mode::Follower { leader_client: lp.client }, &fdata, fp, None, "", &[]),
+    );
+    f.start();
+    f.kill9();
+    for _ in 0..2 {
+        assert!(std::process::Command::new(BIN)
+            .args(["admin", "promote", "--data-dir"])
+            .arg(&fdata)
+            .status()
+            .unwrap()
+            .success());
+    }
+    f.start();
+    let mut l = Node::new(
+        "l",
+        dir.path().join("l3"),
+        lp,
+        Node::args(Mode::Leader { follower_repl: fp.repl }, &dir.path().join("l3"), lp, None, "", &[]),
+    );
+    l.start();
+    wait_log(&f, "stale epoch 1");
+    wait_log(&l, "FENCED");
+}
+
+fn wait_log(n: &Node, needle: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !n.log_text().contains(needle) {
+        assert!(Instant::now() < deadline, "{} never logged {needle:?}:\n{}", n.name, n.log_text());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
