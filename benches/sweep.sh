@@ -40,8 +40,8 @@ if [ $QUICK = 1 ]; then
   : "${OPEN_STEPS:=1k}" "${OPEN_RATE:=5000}" "${PEERS:=none}" "${PROFILE_AT:=}" "${PEER_SECS:=5}"
 fi
 : "${STEPS:=1k,4k,9k,18k,36k}" "${WARMUP:=5s}" "${DURATION:=20s}" "${COOLDOWN:=5s}"
-: "${SWEEP_REPS:=1}" "${REPS:=3}" "${OPEN_RATE:=20000}" "${OPEN_STEPS:=1k,9k,36k}"
-: "${PEERS:=pg nats}" "${PEER_CLIENTS:=100 1000}" "${NATS_CLIENTS:=100}" "${PEER_SECS:=15}"
+: "${SWEEP_REPS:=1}" "${REPS:=3}" "${OPEN_RATE=20000}" "${OPEN_STEPS:=1k,9k,36k}"
+: "${PEERS=pg nats}" "${PEER_CLIENTS:=100 1000}" "${NATS_CLIENTS:=100}" "${PEER_SECS:=15}"
 : "${PROFILE_AT-36000}" "${PROFILE_SECS:=10}" "${MAX_PER_PROC:=9000}"
 PROFILE_AT=${PROFILE_AT-36000}
 : "${WORK:=/tmp/corelog-sweep}" "${OUT:=$ROOT/docs/results}"

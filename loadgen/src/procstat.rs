@@ -32,6 +32,17 @@ pub fn parse_stat(s: &str) -> Option<f64> {
     Some((utime + stime) / clock_ticks())
 }
 
+/// Busy CPU seconds of the whole machine so far (every process and the kernel: all
+/// fields of the `cpu` line of /proc/stat except idle and iowait).
+pub fn machine_busy_seconds() -> f64 {
+    let Ok(s) = std::fs::read_to_string("/proc/stat") else { return 0.0 };
+    let Some(line) = s.lines().find(|l| l.starts_with("cpu ")) else { return 0.0 };
+    let f: Vec<f64> = line.split_whitespace().skip(1).filter_map(|v| v.parse().ok()).collect();
+    // user nice system idle iowait irq softirq steal (guest time is inside user).
+    let busy: f64 = f.iter().take(8).enumerate().filter(|(i, _)| *i != 3 && *i != 4).map(|(_, v)| v).sum();
+    busy / clock_ticks()
+}
+
 /// CPU seconds of several processes (absent ones count 0).
 pub fn sum_cpu_seconds(pids: &[u32]) -> f64 {
     pids.iter().filter_map(|p| cpu_seconds(*p)).sum()

@@ -67,7 +67,7 @@ fn check(v: Option<bool>) -> &'static str {
     }
 }
 
-const COLS: [&str; 16] = [
+const COLS: [&str; 17] = [
     "connections",
     "procs",
     "acked/s",
@@ -82,11 +82,12 @@ const COLS: [&str; 16] = [
     "ET@10ms",
     "srv CPU s",
     "lg CPU s",
+    "all CPU s",
     "connect s",
     "x-check",
 ];
 
-fn cells(s: &StepSummary) -> [String; 16] {
+fn cells(s: &StepSummary) -> [String; 17] {
     [
         s.connections.to_string(),
         s.procs.to_string(),
@@ -102,6 +103,7 @@ fn cells(s: &StepSummary) -> [String; 16] {
         fmt_int(s.et_10ms),
         cpu(s.server_cpu_s),
         format!("{:.1}", s.loadgen_cpu_s),
+        format!("{:.1}", s.machine_cpu_s),
         format!("{:.1}", s.connect_s),
         check(s.crosscheck_ok).to_string(),
     ]
@@ -115,14 +117,14 @@ fn mode_line(r: &SweepReport) -> String {
         None => "closed loop, one append in flight per connection".into(),
     };
     format!(
-        "{mode}; warm-up {} s, window {} s, cool-down {} s; {} run(s) per step (throughput: min, latency: max); ≤ {} connections per load-generator process; targets {}",
-        r.warmup_s, r.duration_s, r.cooldown_s, r.repeat, r.max_conns_per_process, r.targets
+        "{mode}; {} CPUs; warm-up {} s, window {} s, cool-down {} s; {} run(s) per step (throughput: min, latency: max); ≤ {} connections per load-generator process; targets {}",
+        r.cpus, r.warmup_s, r.duration_s, r.cooldown_s, r.repeat, r.max_conns_per_process, r.targets
     )
 }
 
 /// The terminal table.
 pub fn sweep_table(r: &SweepReport) -> String {
-    let rows: Vec<[String; 16]> = r.steps.iter().map(cells).collect();
+    let rows: Vec<[String; 17]> = r.steps.iter().map(cells).collect();
     let widths: Vec<usize> = (0..COLS.len())
         .map(|i| rows.iter().map(|c| c[i].chars().count()).chain([COLS[i].len()]).max().unwrap_or(0))
         .collect();
@@ -182,7 +184,9 @@ pub fn sweep_markdown(r: &SweepReport, svg_name: Option<&str>) -> String {
             the exact merge of every load-generator process's hdrhistogram; errors = error frames; \
             timeouts = no answer within the timeout, lost connections and failed connects; \
             ET@T = Effective Throughput = acked/s × T ÷ p50; srv/lg CPU s = CPU seconds (user+system, \
-            /proc/PID/stat) of the server processes / load-generator processes during the window; \
+            /proc/PID/stat) of the server processes / load-generator processes during the window, all CPU s = busy \
+            CPU seconds of the whole machine in the window (/proc/stat; the rest is other processes), \
+            out of cpus × window available; \
             connect s = time to open every mTLS connection.\n";
     out
 }
