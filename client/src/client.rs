@@ -150,6 +150,7 @@ async fn open(addr: &str, cfg: &ClientConfig) -> Result<Box<dyn Stream>, Error> 
 /// An owned frame as received.
 struct Reply {
     op: u8,
+    req_id: u64,
     body: Vec<u8>,
 }
 
@@ -182,7 +183,7 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
     async fn next(&mut self) -> Result<Option<Reply>, Error> {
         loop {
             if let Some((f, used)) = decode_frame(&self.buf[self.start..]).map_err(Error::Codec)? {
-                let reply = Reply { op: f.op, body: f.body.to_vec() };
+                let reply = Reply { op: f.op, req_id: f.req_id, body: f.body.to_vec() };
                 self.start += used;
                 return Ok(Some(reply));
             }
@@ -199,6 +200,8 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         }
     }
 }
+
+type Waiting = VecDeque<(u64, oneshot::Sender<Result<Reply, Error>>)>;
 
 /// One connection: a writer task and a reader task matching answers to requests in order.
 struct Conn {
@@ -219,17 +222,26 @@ impl Conn {
             Response::HelloOk { shard, shard_count, role, epoch, .. } => ServerInfo { shard, shard_count, role, epoch },
             _ => return Err(Error::Protocol("expected HelloOk".into())),
         };
-        let waiting: Arc<std::sync::Mutex<VecDeque<oneshot::Sender<Result<Reply, Error>>>>> = Default::default();
+        let waiting: Arc<std::sync::Mutex<Waiting>> = Default::default();
         let (tx, mut rx) = mpsc::channel::<Cmd>(MAX_QUEUED_REQUESTS);
         let w_waiting = waiting.clone();
         tokio::spawn(async move {
+            // The writer numbers requests (1, 2, ...); answers must carry the same ids,
+            // in the same order.
+            let mut next_id = 1u64;
+            let mut frames = Vec::new();
             while let Some(cmd) = rx.recv().await {
-                w_waiting.lock().unwrap().push_back(cmd.reply);
-                let mut frames = cmd.frame;
+                frames.clear();
+                let mut queue = |mut c: Cmd, frames: &mut Vec<u8>| {
+                    c.frame[5..13].copy_from_slice(&next_id.to_le_bytes());
+                    w_waiting.lock().unwrap().push_back((next_id, c.reply));
+                    next_id += 1;
+                    frames.extend_from_slice(&c.frame);
+                };
+                queue(cmd, &mut frames);
                 // Coalesce whatever else is queued into one write.
                 while let Ok(more) = rx.try_recv() {
-                    w_waiting.lock().unwrap().push_back(more.reply);
-                    frames.extend_from_slice(&more.frame);
+                    queue(more, &mut frames);
                 }
                 if w.write_all(&frames).await.is_err() || w.flush().await.is_err() {
                     break;
@@ -241,10 +253,15 @@ impl Conn {
                 let r = reader.next().await;
                 let waiter = waiting.lock().unwrap().pop_front();
                 match (r, waiter) {
-                    (Ok(Some(reply)), Some(w)) => {
+                    (Ok(Some(reply)), Some((id, w))) if reply.req_id == id => {
                         let _ = w.send(Ok(reply));
                     }
-                    (Err(e), Some(w)) => {
+                    (Ok(Some(reply)), Some((id, w))) => {
+                        let msg = format!("answer for request {} arrived where {id} was due", reply.req_id);
+                        let _ = w.send(Err(Error::Protocol(msg)));
+                        break;
+                    }
+                    (Err(e), Some((_, w))) => {
                         let _ = w.send(Err(e));
                         break;
                     }
@@ -252,7 +269,7 @@ impl Conn {
                 }
             }
             // Fail whoever still waits.
-            for w in waiting.lock().unwrap().drain(..) {
+            for (_, w) in waiting.lock().unwrap().drain(..) {
                 let _ = w.send(Err(Error::Closed));
             }
         });
@@ -295,6 +312,9 @@ impl Client {
 
     /// Appends one event; returns its position once it is durable on every replica.
     pub async fn append(&self, payload: &[u8]) -> Result<Position, Error> {
+        if payload.len() > codec::MAX_PAYLOAD {
+            return Err(Error::Codec(codec::CodecError::PayloadTooLarge(payload.len())));
+        }
         let mut frame = Vec::with_capacity(payload.len() + codec::FRAME_HEADER_LEN);
         codec::encode_append(0, payload, &mut frame);
         let conn = self.current().await;

@@ -113,7 +113,9 @@ impl fmt::Display for CodecError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             CodecError::FrameTooShort(n) => write!(f, "frame length {n} below minimum 9"),
-            CodecError::FrameTooLarge(n) => write!(f, "frame length {n} above maximum {MAX_FRAME}"),
+            CodecError::FrameTooLarge(n) => {
+                write!(f, "frame length field {n} above maximum {} (frame {MAX_FRAME} bytes in all)", MAX_FRAME - 4)
+            }
             CodecError::UnknownOpcode(o) => write!(f, "unknown opcode 0x{o:02x}"),
             CodecError::BadBody { op, reason } => {
                 write!(f, "bad body for opcode 0x{op:02x}: {reason}")
@@ -449,11 +451,14 @@ pub enum Repl<'a> {
         /// Epoch of the follower's last record (0 when its log is empty).
         last_epoch: u32,
     },
-    /// Leader → follower: accepted. The follower must drop every record at or above
-    /// `truncate_to` (records the leader's history does not have), then `Ack` its end.
+    /// Leader → follower: accepted. `common_epoch` is the largest leader epoch not above
+    /// the follower's last record epoch; `truncate_to` is min(follower end, end of that
+    /// epoch in the leader's log). The follower drops every record at or above
+    /// min(truncate_to, end of `common_epoch` in its own log), then `Ack`s its end.
     Welcome {
         epoch: u32,
         truncate_to: u64,
+        common_epoch: u32,
     },
     /// Leader → follower: records `first_offset ..` in the record encoding.
     Batch {
@@ -487,7 +492,7 @@ impl<'a> Repl<'a> {
                     last_epoch: b.u32()?,
                 }
             }
-            op::REPL_WELCOME => Repl::Welcome { epoch: b.u32()?, truncate_to: b.u64()? },
+            op::REPL_WELCOME => Repl::Welcome { epoch: b.u32()?, truncate_to: b.u64()?, common_epoch: b.u32()? },
             op::REPL_BATCH => {
                 let epoch = b.u32()?;
                 let first_offset = b.u64()?;
@@ -518,10 +523,11 @@ impl<'a> Repl<'a> {
                 out.extend_from_slice(&last_epoch.to_le_bytes());
                 finish_frame(out, at);
             }
-            Repl::Welcome { epoch, truncate_to } => {
+            Repl::Welcome { epoch, truncate_to, common_epoch } => {
                 let at = begin_frame(out, op::REPL_WELCOME, 0);
                 out.extend_from_slice(&epoch.to_le_bytes());
                 out.extend_from_slice(&truncate_to.to_le_bytes());
+                out.extend_from_slice(&common_epoch.to_le_bytes());
                 finish_frame(out, at);
             }
             Repl::Batch { epoch, first_offset, count, records } => {
@@ -588,7 +594,7 @@ mod tests {
     fn repl_roundtrip() {
         let rs = [
             Repl::Hello { version: 1, shard: 0, shard_count: 2, epoch: 3, next_offset: 10, last_epoch: 2 },
-            Repl::Welcome { epoch: 3, truncate_to: 8 },
+            Repl::Welcome { epoch: 3, truncate_to: 8, common_epoch: 2 },
             Repl::Batch { epoch: 3, first_offset: 10, count: 1, records: b"xyz" },
             Repl::Ack { next_offset: 11 },
             Repl::Error { code: 10, message: "stale epoch" },

@@ -88,7 +88,7 @@ pub fn decode(buf: &[u8]) -> Result<(RecordRef<'_>, usize), RecordError> {
     if buf[0..2] != RECORD_MAGIC {
         return Err(RecordError::BadMagic);
     }
-    if buf[2] != FORMAT_VERSION {
+    if buf[2] != FORMAT_VERSION || buf[3] != 0 {
         return Err(RecordError::BadVersion(buf[2]));
     }
     let len = u32::from_le_bytes(buf[4..8].try_into().unwrap());
@@ -118,8 +118,9 @@ pub fn verify_run(buf: &[u8], first: u64, count: u32) -> Result<u32, RecordError
     let mut last_epoch = 0;
     for i in 0..count as u64 {
         let (r, n) = decode(&buf[at..])?;
-        if r.offset != first + i {
-            return Err(RecordError::OffsetGap { expected: first + i, found: r.offset });
+        let expected = first.checked_add(i).ok_or(RecordError::OffsetGap { expected: u64::MAX, found: r.offset })?;
+        if r.offset != expected {
+            return Err(RecordError::OffsetGap { expected, found: r.offset });
         }
         last_epoch = r.epoch;
         at += n;

@@ -68,9 +68,11 @@ pub fn list_shards(data_dir: &Path) -> Result<Vec<u16>, String> {
     Ok(v)
 }
 
-/// Offline promotion: bumps every shard's epoch to one above the highest on disk.
+/// Offline promotion: sets every shard's epoch to `epoch`, or one above the highest on
+/// disk. This node only knows its own disk: if the other node ever led at a higher
+/// epoch than this one saw, pass an `epoch` above that one (see docs/operations.md).
 /// The node must be stopped (the shard locks are taken). Returns the new epoch.
-pub fn promote(data_dir: &Path) -> Result<u32, String> {
+pub fn promote(data_dir: &Path, epoch: Option<u32>) -> Result<u32, String> {
     let shards = list_shards(data_dir)?;
     if shards.is_empty() {
         return Err(format!("{} holds no shard directory", data_dir.display()));
@@ -82,7 +84,11 @@ pub fn promote(data_dir: &Path) -> Result<u32, String> {
         locks.push(lock_shard(&d)?);
         max = max.max(read_epoch(&d)?);
     }
-    let new = max + 1;
+    let new = match epoch {
+        Some(e) if e <= max => return Err(format!("--epoch {e} must be above the epoch on disk ({max})")),
+        Some(e) => e,
+        None => max + 1,
+    };
     for s in &shards {
         write_epoch(&shard_dir(data_dir, *s), new)?;
     }

@@ -80,6 +80,10 @@ enum AdminCmd {
     Promote {
         #[arg(long)]
         data_dir: PathBuf,
+        /// New epoch (default: one above the highest on this disk). Must exceed every
+        /// epoch either node has used.
+        #[arg(long)]
+        epoch: Option<u32>,
     },
 }
 
@@ -161,7 +165,7 @@ fn serve_config(a: ServeArgs) -> Result<ServeConfig, String> {
         (None, ..) => return Err("--repl-cert/--repl-key/--repl-ca cannot be combined with --insecure".into()),
         _ => return Err("--repl-cert, --repl-key and --repl-ca go together".into()),
     };
-    if a.segment_bytes % 4096 != 0 || a.segment_bytes < 4 * 1024 * 1024 {
+    if !a.segment_bytes.is_multiple_of(4096) || a.segment_bytes < 4 * 1024 * 1024 {
         return Err("--segment-bytes must be a multiple of 4096 and at least 4 MiB".into());
     }
     Ok(ServeConfig {
@@ -184,6 +188,12 @@ fn serve_config(a: ServeArgs) -> Result<ServeConfig, String> {
 }
 
 fn main() {
+    // A panic anywhere (e.g. an executor thread) stops the whole process: never serve
+    // with a dead shard behind a healthy /health.
+    std::panic::set_hook(Box::new(|info| {
+        eprintln!("corelog: FATAL: {info}");
+        std::process::exit(70);
+    }));
     let cli = Cli::parse();
     let r: Result<(), String> = match cli.cmd {
         Cmd::Serve(a) => serve_config(*a).and_then(node::serve),
@@ -194,7 +204,7 @@ fn main() {
         Cmd::Tail { conn, shard, from, count, hex } => cli::tail(&conn, shard, from, count, hex),
         Cmd::Inspect { data_dir } => std::process::exit(inspect::run(&data_dir)),
         Cmd::Quickstart(a) => quickstart::run(a),
-        Cmd::Admin { cmd: AdminCmd::Promote { data_dir } } => control::promote(&data_dir).map(|e| {
+        Cmd::Admin { cmd: AdminCmd::Promote { data_dir, epoch } } => control::promote(&data_dir, epoch).map(|e| {
             println!("promoted {}: epoch {e}; start it with `corelog serve --role leader`", data_dir.display())
         }),
     };

@@ -156,7 +156,10 @@ impl Shard {
     pub fn committed(&self) -> u64 {
         let local = self.log.next_offset();
         match self.role.get() {
-            Role::Leader if !self.cfg.standalone => local.min(self.follower_next.get()).max(self.commit_floor),
+            // A fenced leader acknowledges nothing more: its suffix may be truncated.
+            Role::Leader | Role::Fenced if !self.cfg.standalone => {
+                local.min(self.follower_next.get()).max(self.commit_floor)
+            }
             _ => local,
         }
     }
@@ -217,12 +220,17 @@ impl Shard {
         Ok(())
     }
 
-    /// Follower side: stage records received from the leader (already verified).
-    pub async fn stage_replicated(&self, first_offset: u64, count: u32, records: &[u8]) {
-        assert_eq!(first_offset, self.next_assign.get(), "replicated batch out of order");
-        while self.staged_bytes.get() + records.len() > MAX_STAGED_BYTES {
+    /// Follower side: wait until `bytes` more can be staged.
+    pub async fn wait_stage_space(&self, bytes: usize) {
+        while self.staged_bytes.get() + bytes > MAX_STAGED_BYTES {
             self.space_ev.wait().await;
         }
+    }
+
+    /// Follower side: stage records received from the leader (already verified; the
+    /// caller waited for room with `wait_stage_space`).
+    pub fn stage_replicated(&self, first_offset: u64, count: u32, records: &[u8]) {
+        assert_eq!(first_offset, self.next_assign.get(), "replicated batch out of order");
         let mut staged = self.staged.borrow_mut();
         let fits = staged.back().is_some_and(|b| {
             b.records.len() + records.len() <= MAX_BATCH_BYTES && b.count + count <= MAX_BATCH_RECORDS
@@ -247,7 +255,10 @@ impl Shard {
 
     /// Drops staged-but-unwritten state and cuts the log (follower rejoin).
     pub async fn truncate(&self, offset: u64) -> std::io::Result<u64> {
-        assert!(self.staged.borrow().is_empty(), "truncate with staged batches");
+        // Batches of an earlier leader connection must reach the disk first.
+        while self.assigned() != self.log.next_offset() {
+            self.durable_ev.wait().await;
+        }
         let end = self.log.truncate(offset).await?;
         self.next_assign.set(end);
         self.recent.borrow_mut().clear();

@@ -235,7 +235,7 @@ fn a_one_gigabyte_backlog_is_caught_up_and_logs_end_identical() {
             t.await.unwrap();
         }
     });
-    eprintln!("backlog: {} MiB written in {:?}", 8 * per_conn * payload.len() as u64 >> 20, t.elapsed());
+    eprintln!("backlog: {} MiB written in {:?}", (8 * per_conn * payload.len() as u64) >> 20, t.elapsed());
     solo.kill9();
     p.follower.start();
     let t = Instant::now();
@@ -359,4 +359,93 @@ fn wait_log(n: &Node, needle: &str) {
         assert!(Instant::now() < deadline, "{} never logged {needle:?}:\n{}", n.name, n.log_text());
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// Appends on `n` without waiting for acknowledgements that cannot come (no follower):
+/// the records become durable locally, the clients get ReplicationTimeout.
+fn write_unacked(n: &Node, count: usize) {
+    let rt = runtime();
+    rt.block_on(async {
+        let c = Client::connect(&n.addr(), &client_config(None)).await.unwrap();
+        let mut tasks = Vec::new();
+        for i in 0..count {
+            let c = c.clone();
+            tasks.push(tokio::spawn(async move { c.append(format!("unacked-{i}").as_bytes()).await }));
+        }
+        for t in tasks {
+            let r = t.await.unwrap();
+            assert_eq!(r.err().and_then(|e| e.code()), Some(ErrorCode::ReplicationTimeout));
+        }
+    });
+}
+
+#[test]
+fn a_follower_with_records_from_an_epoch_the_leader_never_saw_is_cut_back() {
+    let dir = TempDir::new("repl-diverge");
+    let fast = ["--ack-timeout-ms", "300", "--shard-count", "1"];
+    let (pa, pb) = (ports(), ports());
+    let (da, db) = (dir.path().join("a"), dir.path().join("b"));
+    let mut a =
+        Node::new("a", da.clone(), pa, Node::args(Mode::Leader { follower_repl: pb.repl }, &da, pa, None, "", &fast));
+    let mut b = Node::new(
+        "b",
+        db.clone(),
+        pb,
+        Node::args(Mode::Follower { leader_client: pa.client }, &db, pb, None, "", &fast),
+    );
+    b.start();
+    a.start();
+    let rt = runtime();
+    let acked = Acked::default();
+    assert_eq!(rt.block_on(load(&a.addr(), &client_config(None), 4, 25, "common", &acked)), 0);
+    // B stops; A writes more at epoch 1 that B never gets.
+    b.kill9();
+    write_unacked(&a, 10);
+    a.kill9();
+    // B is promoted to epoch 2 and writes records A never sees.
+    let promote = |d: &Path, e: Option<&str>| {
+        let mut c = std::process::Command::new(BIN);
+        c.args(["admin", "promote", "--data-dir"]).arg(d);
+        if let Some(e) = e {
+            c.args(["--epoch", e]);
+        }
+        assert!(c.status().unwrap().success());
+    };
+    promote(&db, None);
+    let mut b_lead = Node::new(
+        "b-lead",
+        db.clone(),
+        pb,
+        Node::args(Mode::Leader { follower_repl: pa.repl }, &db, pb, None, "", &fast),
+    );
+    b_lead.start();
+    write_unacked(&b_lead, 7);
+    b_lead.kill9();
+    // A is promoted above every epoch used (3) and leads; B rejoins as its follower.
+    promote(&da, Some("3"));
+    let mut a_lead = Node::new(
+        "a-lead",
+        da.clone(),
+        pa,
+        Node::args(Mode::Leader { follower_repl: pb.repl }, &da, pa, None, "", &fast),
+    );
+    let mut b_follow = Node::new(
+        "b-follow",
+        db.clone(),
+        pb,
+        Node::args(Mode::Follower { leader_client: pa.client }, &db, pb, None, "", &fast),
+    );
+    b_follow.start();
+    a_lead.start();
+    assert_eq!(rt.block_on(load(&a_lead.addr(), &client_config(None), 2, 10, "after", &acked)), 0);
+    let p = Pair { leader: a_lead, follower: b_follow };
+    wait_caught_up(&p, Duration::from_secs(20));
+    let Pair { mut leader, mut follower } = p;
+    leader.kill9();
+    follower.kill9();
+    let s = assert_same_logs(&leader.data, &follower.data);
+    // 100 common + 10 of A's epoch 1 + 20 at epoch 3; B's 7 epoch-2 records are gone.
+    assert_eq!(s[0].0, 130, "{s:?}");
+    assert!(follower.log_text().contains("dropped records"), "{}", follower.log_text());
+    drop((a, b, b_lead));
 }

@@ -85,12 +85,17 @@ async fn read_loop(shard: &Rc<Shard>, rd: &mut tls_io::Reader, out: &Rc<ConnOut>
                         out.drained.wait().await;
                     }
                     if let Err((code, msg)) = shard.append(payload, out, req_id).await {
+                        // Answers leave in request order: earlier appends first.
+                        while out.inflight.get() > 0 {
+                            out.drained.wait().await;
+                        }
                         out.push_error(req_id, code, &msg);
                     }
                 }
                 Request::Read { shard: s, from, max_bytes } => {
                     check_shard(shard, s, req_id)?;
-                    while out.inflight.get() > 0 {
+                    // Earlier appends answered first; unsent answers stay bounded.
+                    while out.inflight.get() > 0 || out.buf.borrow().len() >= MAX_OUT_BYTES {
                         out.drained.wait().await;
                     }
                     let max = max_bytes.min(codec::MAX_READ_BYTES) as usize;
@@ -107,6 +112,9 @@ async fn read_loop(shard: &Rc<Shard>, rd: &mut tls_io::Reader, out: &Rc<ConnOut>
                 Request::Tail { shard: s, from } => {
                     check_shard(shard, s, req_id)?;
                     rd.consume(used);
+                    if !rd.data().is_empty() {
+                        return Err((ErrorCode::Unexpected, "no request may follow Tail".into(), req_id));
+                    }
                     let t = glommio::spawn_local(tail(shard.clone(), out.clone(), from, req_id));
                     // Anything after a Tail is a protocol error; a close ends the tail.
                     let r = match rd.fill().await {

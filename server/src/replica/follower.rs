@@ -17,6 +17,7 @@ use crate::control;
 use crate::net::tls;
 use crate::net::tls_io::{self, Writer};
 use crate::shard::Shard;
+use crate::wal::batch::{MAX_BATCH_BYTES, MAX_BATCH_RECORDS};
 
 pub async fn accept_loop(
     shard: Rc<Shard>,
@@ -132,7 +133,7 @@ async fn serve(
     wr.write(&out).await.map_err(|e| e.to_string())?;
     {
         let f = next_frame(&mut rd, &mut used).await?.ok_or("closed before Welcome")?;
-        let Repl::Welcome { epoch, truncate_to } = parse(&f)? else {
+        let Repl::Welcome { epoch, truncate_to, common_epoch } = parse(&f)? else {
             return Err("expected Welcome".into());
         };
         if epoch != leader_epoch {
@@ -146,6 +147,7 @@ async fn serve(
             shard.epoch.set(epoch);
             eprintln!("corelog: shard {}: now at epoch {epoch}", shard.id());
         }
+        let truncate_to = truncate_to.min(shard.log.end_of_epoch(common_epoch));
         if truncate_to < shard.log.next_offset() {
             let before = shard.log.next_offset();
             let end = shard
@@ -194,9 +196,19 @@ async fn apply(
         if first_offset != shard.assigned() {
             return Err(format!("batch at offset {first_offset} but our log continues at {}", shard.assigned()));
         }
+        if count == 0 || records.len() > MAX_BATCH_BYTES || count > MAX_BATCH_RECORDS {
+            return Err(format!(
+                "batch at {first_offset} with {count} records / {} bytes is outside the limits",
+                records.len()
+            ));
+        }
         record::verify_run(records, first_offset, count)
             .map_err(|e| format!("corrupt batch at {first_offset}: {e}"))?;
-        shard.stage_replicated(first_offset, count, records).await;
+        shard.wait_stage_space(records.len()).await;
+        if gen.get() != my_gen || shard.role.get() != Role::Follower || first_offset != shard.assigned() {
+            return Err("superseded while waiting for room".into());
+        }
+        shard.stage_replicated(first_offset, count, records);
     }
 }
 

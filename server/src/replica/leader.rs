@@ -93,9 +93,12 @@ async fn link_once(shard: &Rc<Shard>, cfg: &LinkConfig) -> Result<(), String> {
             _ => return Err("unexpected frame from follower during handshake".into()),
         }
     };
-    let truncate_to = f_next.min(shard.log.end_of_epoch(f_last_epoch));
+    // Kafka-style divergence: the largest epoch we have that is not above the
+    // follower's last; the follower also cuts at that epoch's end in its own log.
+    let common_epoch = shard.log.epoch_at_or_below(f_last_epoch);
+    let truncate_to = f_next.min(shard.log.end_of_epoch(common_epoch));
     out.clear();
-    Repl::Welcome { epoch, truncate_to }.encode(&mut out);
+    Repl::Welcome { epoch, truncate_to, common_epoch }.encode(&mut out);
     wr.write(&out).await.map_err(|e| e.to_string())?;
     let start = {
         let f = next_frame(&mut rd, &mut used).await?.ok_or("follower closed during handshake")?;

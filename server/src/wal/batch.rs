@@ -64,7 +64,7 @@ pub fn encode_into(h: &BatchHeader, records: &[u8], out: &mut [u8]) {
 /// Parses and CRC-checks the batch at the front of `buf` (`buf` may extend past it).
 /// Returns `None` for anything that is not a whole valid batch.
 pub fn decode(buf: &[u8]) -> Option<BatchHeader> {
-    if buf.len() < BATCH_HEADER_LEN || buf[0..4] != BATCH_MAGIC || buf[4] != BATCH_VERSION {
+    if buf.len() < BATCH_HEADER_LEN || buf[0..4] != BATCH_MAGIC || buf[4] != BATCH_VERSION || buf[5..8] != [0, 0, 0] {
         return None;
     }
     let h = BatchHeader {

@@ -42,7 +42,7 @@ async fn open_rw(path: &Path) -> io::Result<DmaFile> {
 impl Log {
     /// Opens the log described by a (repaired) recovery scan.
     pub async fn open(dir: &Path, scan: &ShardScan, segment_bytes: u64) -> io::Result<Log> {
-        assert!(segment_bytes >= batch::span(batch::MAX_BATCH_BYTES) && segment_bytes % batch::BLOCK == 0);
+        assert!(segment_bytes >= batch::span(batch::MAX_BATCH_BYTES) && segment_bytes.is_multiple_of(batch::BLOCK));
         let mut segments = Vec::new();
         for s in &scan.segments {
             let file = Rc::new(open_rw(&s.path).await?);
@@ -84,6 +84,11 @@ impl Log {
     /// First offset written under an epoch greater than `epoch`, or the log end.
     pub fn end_of_epoch(&self, epoch: u32) -> u64 {
         self.epochs.borrow().iter().find(|(e, _)| *e > epoch).map(|(_, o)| *o).unwrap_or(self.next_offset())
+    }
+
+    /// The largest epoch in this log's history not above `epoch` (0 if none).
+    pub fn epoch_at_or_below(&self, epoch: u32) -> u32 {
+        self.epochs.borrow().iter().rev().find(|(e, _)| *e <= epoch).map(|(e, _)| *e).unwrap_or(0)
     }
 
     pub fn segment_count(&self) -> usize {
@@ -222,14 +227,21 @@ impl Log {
                 (f, b, 0, 0)
             }
         };
-        let end = if si + 1 == self.segment_count() { self.write_pos.get() } else { self.segment_bytes };
-        zero_range(&file, b.pos, end).await?;
-        file.fdatasync().await.map_err(io::Error::from)?;
+        // Later segments go first (and the directory is synced), so a crash mid-way
+        // never leaves valid batches behind a zeroed range.
         let removed: Vec<Segment> = self.segments.borrow_mut().drain(si + 1..).collect();
-        for s in removed {
+        for s in &removed {
             std::fs::remove_file(&s.path)?;
         }
         sync_dir(&self.dir).map_err(io::Error::other)?;
+        let end = if removed.is_empty() {
+            self.write_pos.get()
+        } else {
+            let path = self.segments.borrow()[si].path.clone();
+            std::fs::metadata(&path)?.len()
+        };
+        zero_range(&file, b.pos, end).await?;
+        file.fdatasync().await.map_err(io::Error::from)?;
         self.segments.borrow_mut()[si].batches.truncate(bi);
         self.write_pos.set(b.pos);
         self.next_offset.set(b.first_offset);

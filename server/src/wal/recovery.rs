@@ -252,7 +252,7 @@ fn check_tail(shard: u16, files: &[(u64, PathBuf)], i: usize, pos: u64) -> Resul
             let block = &data[p as usize..(p + BLOCK).min(data.len() as u64) as usize];
             if !is_zero(block) {
                 nonzero = true;
-                if !(j == i && p == pos) && batch::decode(&data[p as usize..]).is_some() {
+                if batch::decode(&data[p as usize..]).is_some() {
                     return Err(ScanError::Corrupt {
                         shard,
                         segment: files[i].1.clone(),
