@@ -125,8 +125,8 @@ struct SweepArgs {
     /// Client address(es), comma-separated: connection i goes to the (i mod n)-th.
     #[arg(long, default_value = "127.0.0.1:9400")]
     target: String,
-    /// Connection counts, e.g. 1k,4k,9k,18k,36k.
-    #[arg(long, default_value = "1k,4k,9k,18k,36k")]
+    /// Connection counts, e.g. 1k,4k,9k,18k,36k (`--connections` is an alias).
+    #[arg(long, alias = "connections", default_value = "1k,4k,9k,18k,36k")]
     steps: String,
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     warmup: Duration,
@@ -158,6 +158,9 @@ struct SweepArgs {
     /// Write sweep.json, sweep.md and sweep.svg (and the children's JSON) here.
     #[arg(long, default_value = "sweep-out")]
     out: PathBuf,
+    /// Also write the sweep's JSON report to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
     /// Name of this sweep in the reports (and prefix of the output files).
     #[arg(long, default_value = "sweep")]
     name: String,
@@ -305,6 +308,9 @@ fn run_sweep(a: SweepArgs) -> Result<i32, String> {
     write("json", report::sweep_json(&rep) + "\n")?;
     write("md", report::sweep_markdown(&rep, Some(&svg_name)))?;
     write("svg", svg::plot(&rep))?;
+    if let Some(p) = &a.json {
+        std::fs::write(p, report::sweep_json(&rep) + "\n").map_err(|e| format!("write {}: {e}", p.display()))?;
+    }
     print!("{}", report::sweep_table(&rep));
     println!("wrote {0}.json, {0}.md, {0}.svg", base.display());
     let clean = rep.steps.iter().all(|s| s.errors == 0 && s.timeouts == 0 && s.connect_failures == 0);
