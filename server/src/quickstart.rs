@@ -82,6 +82,14 @@ fn start(exe: &Path, name: &'static str, args: &[String], log: &Path) -> Result<
     Ok(Proc { name, child })
 }
 
+fn count_records(data: &Path) -> Result<u64, String> {
+    let mut n = 0;
+    for s in crate::control::list_shards(data)? {
+        n += crate::wal::recovery::scan(s, &crate::control::shard_dir(data, s)).map_err(|e| e.to_string())?.records;
+    }
+    Ok(n)
+}
+
 pub fn run(a: Args) -> Result<(), String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let loadgen = sibling("corelog-loadgen")?;
@@ -172,13 +180,19 @@ pub fn run(a: Args) -> Result<(), String> {
         return Err(format!("load generator failed: {st}"));
     }
     println!("quickstart: leader acknowledged {acked} appends in total (metrics)");
+    let mut records = Vec::new();
     for (name, dir) in [("leader", "leader"), ("follower", "follower")] {
         println!("quickstart: corelog inspect {} ({name}):", root.join(dir).display());
         let code = crate::inspect::run(&root.join(dir));
         if code != 0 {
             return Err(format!("inspect of the {name} log exited {code}"));
         }
+        records.push(count_records(&root.join(dir))?);
     }
+    if records.iter().any(|r| *r as f64 != acked) {
+        return Err(format!("cross-check FAILED: {acked} acknowledged, records on disk (leader, follower) = {records:?}"));
+    }
+    println!("quickstart: cross-check OK: {acked} acknowledged = records on the leader = records on the follower");
     println!("quickstart: data, certificates and logs are in {}", root.display());
     Ok(())
 }
