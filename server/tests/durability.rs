@@ -93,16 +93,16 @@ fn crash_loop_long() {
     crash_loop(n);
 }
 
-/// Appends `n` events one by one (each its own batch on an idle 1-shard node).
-fn write_batches(node: &Node, n: usize) -> Vec<Vec<u8>> {
+/// Appends `n` events one by one (each its own batch on an idle 1-shard node),
+/// expecting offsets `first..first+n`.
+fn write_batches(node: &Node, first: u64, n: usize, tag: &str) -> Vec<Vec<u8>> {
     let rt = runtime();
     rt.block_on(async {
         let c = corelog_client::Client::connect(&node.addr(), &client_config(None)).await.unwrap();
         let mut v = Vec::new();
         for i in 0..n {
-            let p = format!("event-{i}").into_bytes();
-            let pos = c.append(&p).await.unwrap();
-            assert_eq!(pos.offset, i as u64);
+            let p = format!("{tag}-{i}").into_bytes();
+            assert_eq!(c.append(&p).await.unwrap().offset, first + i as u64);
             v.push(p);
         }
         v
@@ -119,7 +119,7 @@ fn torn_tail_is_truncated_and_later_writes_land_after_it() {
         let dir = TempDir::new("torn");
         let mut node = standalone(&dir, None, &["--shard-count", "1"]);
         node.start();
-        let payloads = write_batches(&node, 5);
+        let payloads = write_batches(&node, 0, 5, "event");
         node.kill9();
         let seg = segment(&node);
         let f = std::fs::OpenOptions::new().write(true).open(&seg).unwrap();
@@ -142,7 +142,7 @@ fn torn_tail_is_truncated_and_later_writes_land_after_it() {
             assert_eq!(&r.payload, p);
         }
         // New writes continue at offset 4 and survive a restart.
-        let more = write_batches_from(&node, 4, 3);
+        let more = write_batches(&node, 4, 3, "more");
         node.kill9();
         node.start();
         let recs = rt.block_on(read_all(&node.addr(), &client_config(None), 0));
@@ -153,26 +153,12 @@ fn torn_tail_is_truncated_and_later_writes_land_after_it() {
     }
 }
 
-fn write_batches_from(node: &Node, first: u64, n: usize) -> Vec<Vec<u8>> {
-    let rt = runtime();
-    rt.block_on(async {
-        let c = corelog_client::Client::connect(&node.addr(), &client_config(None)).await.unwrap();
-        let mut v = Vec::new();
-        for i in 0..n {
-            let p = format!("more-{i}").into_bytes();
-            assert_eq!(c.append(&p).await.unwrap().offset, first + i as u64);
-            v.push(p);
-        }
-        v
-    })
-}
-
 #[test]
 fn garbage_in_the_middle_of_a_segment_refuses_boot_with_its_location() {
     let dir = TempDir::new("midcorrupt");
     let mut node = standalone(&dir, None, &["--shard-count", "1"]);
     node.start();
-    write_batches(&node, 5);
+    write_batches(&node, 0, 5, "event");
     node.kill9();
     let seg = segment(&node);
     let f = std::fs::OpenOptions::new().write(true).open(&seg).unwrap();

@@ -83,11 +83,7 @@ fn follower_kill9_stops_acks_until_it_is_back_and_caught_up() {
     let cfg = client_config(None);
     let rt = runtime();
     let acked = Acked::default();
-    let (addr, cfg2, acked2) = (p.leader.addr(), cfg.clone(), acked.clone());
-    let loader = rt.spawn(async move { load(&addr, &cfg2, 20, 1_000_000, "f", &acked2).await });
-    while acked.lock().unwrap().len() < 2000 {
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    let loader = load_until(&rt, &p.leader.addr(), &cfg, "f", &acked, 2000);
     p.follower.kill9();
     // Acks already released before the kill may still be in flight: let them land.
     let settled = |a: &Acked| {
@@ -126,11 +122,7 @@ fn leader_kill9_promote_follower_old_leader_is_fenced_then_rejoins() {
     let cfg = client_config(None);
     let rt = runtime();
     let acked = Acked::default();
-    let (addr, cfg2, acked2) = (p.leader.addr(), cfg.clone(), acked.clone());
-    let loader = rt.spawn(async move { load(&addr, &cfg2, 20, 1_000_000, "a", &acked2).await });
-    while acked.lock().unwrap().len() < 3000 {
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    let loader = load_until(&rt, &p.leader.addr(), &cfg, "a", &acked, 3000);
     p.leader.kill9();
     rt.block_on(loader).unwrap();
     // Promote the follower (offline) and restart it as leader, pointing at the old one.

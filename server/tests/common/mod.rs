@@ -3,7 +3,7 @@
 #![allow(dead_code)]
 
 use std::collections::HashMap;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -239,14 +239,7 @@ impl Drop for Node {
     }
 }
 
-pub fn http_get(port: u16, path: &str) -> std::io::Result<String> {
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port))?;
-    s.set_read_timeout(Some(Duration::from_secs(2)))?;
-    write!(s, "GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n")?;
-    let mut out = String::new();
-    s.read_to_string(&mut out)?;
-    Ok(out)
-}
+pub use corelog_server::quickstart::http_get;
 
 pub fn client_config(certs: Option<&Path>) -> ClientConfig {
     match certs {
@@ -290,6 +283,26 @@ pub async fn load(addr: &str, cfg: &ClientConfig, conns: usize, per_conn: usize,
         errors += t.await.unwrap();
     }
     errors
+}
+
+/// Starts an unbounded background load (20 connections) and returns once `n` appends
+/// are acknowledged; the load ends when the node dies (each connection stops at its
+/// first error). Await the handle to collect the error count.
+pub fn load_until(
+    rt: &tokio::runtime::Runtime,
+    addr: &str,
+    cfg: &ClientConfig,
+    tag: &str,
+    acked: &Acked,
+    n: usize,
+) -> tokio::task::JoinHandle<usize> {
+    let (addr, cfg, acked2, tag) = (addr.to_string(), cfg.clone(), acked.clone(), tag.to_string());
+    let h = rt.spawn(async move { load(&addr, &cfg, 20, 1_000_000, &tag, &acked2).await });
+    while acked.lock().unwrap().len() < n {
+        assert!(!h.is_finished(), "load ended before {n} acknowledgements");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    h
 }
 
 /// Reads a whole shard from its direct port; checks offsets are gap-free from 0.
