@@ -190,7 +190,9 @@ pub fn run(a: Args) -> Result<(), String> {
         records.push(count_records(&root.join(dir))?);
     }
     if records.iter().any(|r| *r as f64 != acked) {
-        return Err(format!("cross-check FAILED: {acked} acknowledged, records on disk (leader, follower) = {records:?}"));
+        return Err(format!(
+            "cross-check FAILED: {acked} acknowledged, records on disk (leader, follower) = {records:?}"
+        ));
     }
     println!("quickstart: cross-check OK: {acked} acknowledged = records on the leader = records on the follower");
     println!("quickstart: data, certificates and logs are in {}", root.display());
