@@ -200,3 +200,71 @@ fn a_data_dir_on_tmpfs_is_refused() {
     assert_eq!(code, Some(1), "{log}");
     assert!(log.contains("tmpfs") && log.contains("O_DIRECT"), "{log}");
 }
+
+/// A write error (here ENOSPC when a new segment cannot be preallocated) stops the node
+/// with exit code 70 and a FATAL line; nothing of the failed batch is acknowledged and
+/// every acknowledged append is still there after moving the data to a bigger disk.
+#[test]
+fn a_write_error_stops_the_node_without_acknowledging() {
+    use std::process::Command;
+    let dir = TempDir::new("enospc");
+    let img = dir.path().join("small.img");
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir_all(&mnt).unwrap();
+    let ok = |c: &mut Command| c.output().map(|o| o.status.success()).unwrap_or(false);
+    let made = ok(Command::new("truncate").args(["-s", "12M"]).arg(&img))
+        && ok(Command::new("mkfs.ext4").args(["-q", "-F"]).arg(&img))
+        && ok(Command::new("mount").args(["-o", "loop"]).arg(&img).arg(&mnt));
+    if !made {
+        eprintln!("SKIP a_write_error_stops_the_node_without_acknowledging: cannot make and loop-mount a small ext4 (needs root, mkfs.ext4, loop devices)");
+        return;
+    }
+    struct Unmount(std::path::PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let _guard = Unmount(mnt.clone());
+    let ports = ports();
+    let data = mnt.join("data");
+    let args = Node::args(Mode::Standalone, &data, ports, None, "server", &["--shard-count", "1"]);
+    let mut node = Node::new("small-disk", data.clone(), ports, args);
+    node.log = dir.path().join("small-disk.log");
+    node.start();
+    // 4 MiB segments on a ~10 MiB filesystem: the third segment cannot be preallocated.
+    let acked = Acked::default();
+    let rt = runtime();
+    let payload_errors = rt.block_on(async {
+        let c = corelog_client::Client::connect(&node.addr(), &client_config(None)).await.unwrap();
+        let payload = vec![7u8; 60 * 1024];
+        for i in 0..1000 {
+            match c.append(&payload).await {
+                Ok(pos) => {
+                    acked.lock().unwrap().insert(pos, payload.clone());
+                }
+                Err(_) => return i,
+            }
+        }
+        panic!("a 12 MiB disk took 60 MB");
+    });
+    let code = node.wait_exit(Duration::from_secs(20));
+    let log = node.log_text();
+    assert_eq!(code, Some(70), "{log}");
+    assert!(log.contains("FATAL") && log.contains("without acknowledging"), "{log}");
+    let n = acked.lock().unwrap().len();
+    assert!(n > 0 && n == payload_errors, "acked {n}, first error at {payload_errors}");
+    // Move the data to a real disk and restart: every acknowledged append is there.
+    let moved = dir.path().join("moved");
+    assert!(Command::new("cp").arg("-a").arg(&data).arg(&moved).status().unwrap().success());
+    let p2 = common::ports();
+    let mut again = Node::new(
+        "moved",
+        moved.clone(),
+        p2,
+        Node::args(Mode::Standalone, &moved, p2, None, "", &["--shard-count", "1"]),
+    );
+    again.start();
+    let recs = rt.block_on(read_all(&again.addr(), &client_config(None), 0));
+    verify_acked(&acked, &[recs]);
+}
