@@ -18,7 +18,8 @@
 # REPS (runs per system in the peer comparison, ABBA order), OPEN_RATE / OPEN_STEPS (open
 # loop; OPEN_RATE= to skip), PEERS (e.g. "pg nats", or none), PEER_CLIENTS ("100 1000"),
 # NATS_CLIENTS ("100"), PEER_SECS, PROFILE_AT (connections to profile at; empty: none),
-# PROFILE_SECS, WORK (scratch dir), OUT (results dir), MAX_PER_PROC.
+# PROFILE_SECS, WORK (scratch dir), OUT (results dir), MAX_PER_PROC, LOADGEN_ARGS (extra
+# flags for every `corelog-loadgen sweep`, e.g. "--ring-depth 128").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -112,7 +113,7 @@ sweep() { # name steps extra-args...
   $LOADGEN sweep --target 127.0.0.1:19400 --steps "$steps" --warmup "$WARMUP" --duration "$DURATION" \
     --cooldown "$COOLDOWN" --max-conns-per-process "$MAX_PER_PROC" --server-pids "$ALL_PIDS" \
     --leader-metrics 127.0.0.1:19800,127.0.0.1:19802 --follower-metrics 127.0.0.1:19801,127.0.0.1:19803 \
-    --ca $C/ca.pem --cert $C/client.pem --key $C/client.key --out "$WORK/out" --name "$name" "$@"
+    --ca $C/ca.pem --cert $C/client.pem --key $C/client.key --out "$WORK/out" --name "$name" ${LOADGEN_ARGS:-} "$@"
 }
 
 STATUS=0

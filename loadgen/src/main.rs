@@ -51,6 +51,9 @@ struct Common {
     /// Give up connecting after this long.
     #[arg(long, default_value = "120s", value_parser = parse_duration)]
     connect_deadline: Duration,
+    /// io_uring depth per ring (sizes the kernel's cancel hash table; see run.rs).
+    #[arg(long, default_value_t = 4096)]
+    ring_depth: usize,
 }
 
 impl Common {
@@ -67,6 +70,8 @@ impl Common {
             self.key.display().to_string(),
             "--server-name".into(),
             self.server_name.clone(),
+            "--ring-depth".into(),
+            self.ring_depth.to_string(),
         ];
         if self.insecure {
             v.push("--insecure".into());
@@ -238,6 +243,7 @@ fn run_step(a: RunArgs) -> Result<i32, String> {
         timeout: c.timeout,
         connect_deadline: c.connect_deadline,
         gate,
+        ring_depth: c.ring_depth,
     };
     let mode = match a.rate {
         Some(r) => format!("open loop at {r} appends/s"),

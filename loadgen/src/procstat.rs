@@ -35,12 +35,20 @@ pub fn parse_stat(s: &str) -> Option<f64> {
 /// Busy CPU seconds of the whole machine so far (every process and the kernel: all
 /// fields of the `cpu` line of /proc/stat except idle and iowait).
 pub fn machine_busy_seconds() -> f64 {
-    let Ok(s) = std::fs::read_to_string("/proc/stat") else { return 0.0 };
-    let Some(line) = s.lines().find(|l| l.starts_with("cpu ")) else { return 0.0 };
+    machine_cpu().0
+}
+
+/// (busy, softirq) CPU seconds of the machine so far. Softirq time (e.g. loopback TCP
+/// receive processing) is not charged to any process in /proc/PID/stat when the kernel
+/// accounts IRQ time separately, so part of "busy − processes" is our own networking.
+pub fn machine_cpu() -> (f64, f64) {
+    let Ok(s) = std::fs::read_to_string("/proc/stat") else { return (0.0, 0.0) };
+    let Some(line) = s.lines().find(|l| l.starts_with("cpu ")) else { return (0.0, 0.0) };
     let f: Vec<f64> = line.split_whitespace().skip(1).filter_map(|v| v.parse().ok()).collect();
     // user nice system idle iowait irq softirq steal (guest time is inside user).
     let busy: f64 = f.iter().take(8).enumerate().filter(|(i, _)| *i != 3 && *i != 4).map(|(_, v)| v).sum();
-    busy / clock_ticks()
+    let softirq = f.get(6).copied().unwrap_or(0.0);
+    (busy / clock_ticks(), softirq / clock_ticks())
 }
 
 /// CPU seconds of several processes (absent ones count 0).

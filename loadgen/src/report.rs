@@ -67,7 +67,7 @@ fn check(v: Option<bool>) -> &'static str {
     }
 }
 
-const COLS: [&str; 17] = [
+const COLS: [&str; 18] = [
     "connections",
     "procs",
     "acked/s",
@@ -83,11 +83,12 @@ const COLS: [&str; 17] = [
     "srv CPU s",
     "lg CPU s",
     "all CPU s",
+    "softirq s",
     "connect s",
     "x-check",
 ];
 
-fn cells(s: &StepSummary) -> [String; 17] {
+fn cells(s: &StepSummary) -> [String; 18] {
     [
         s.connections.to_string(),
         s.procs.to_string(),
@@ -104,6 +105,7 @@ fn cells(s: &StepSummary) -> [String; 17] {
         cpu(s.server_cpu_s),
         format!("{:.1}", s.loadgen_cpu_s),
         format!("{:.1}", s.machine_cpu_s),
+        format!("{:.1}", s.softirq_cpu_s),
         format!("{:.1}", s.connect_s),
         check(s.crosscheck_ok).to_string(),
     ]
@@ -124,7 +126,7 @@ fn mode_line(r: &SweepReport) -> String {
 
 /// The terminal table.
 pub fn sweep_table(r: &SweepReport) -> String {
-    let rows: Vec<[String; 17]> = r.steps.iter().map(cells).collect();
+    let rows: Vec<[String; 18]> = r.steps.iter().map(cells).collect();
     let widths: Vec<usize> = (0..COLS.len())
         .map(|i| rows.iter().map(|c| c[i].chars().count()).chain([COLS[i].len()]).max().unwrap_or(0))
         .collect();
@@ -186,7 +188,8 @@ pub fn sweep_markdown(r: &SweepReport, svg_name: Option<&str>) -> String {
             ET@T = Effective Throughput = acked/s × T ÷ p50; srv/lg CPU s = CPU seconds (user+system, \
             /proc/PID/stat) of the server processes / load-generator processes during the window, all CPU s = busy \
             CPU seconds of the whole machine in the window (/proc/stat; the rest is other processes), \
-            out of cpus × window available; \
+            out of cpus × window available, softirq s = its softirq part (loopback TCP receive \
+            work, charged to no process); \
             connect s = time to open every mTLS connection.\n";
     out
 }

@@ -110,6 +110,8 @@ pub struct StepRun {
     /// Busy CPU seconds of the whole machine during the window (/proc/stat): what is
     /// above server + load generators was used by other processes (noise).
     pub machine_cpu_s: f64,
+    /// Softirq CPU seconds of the machine during the window (inside machine_cpu_s).
+    pub softirq_cpu_s: f64,
     pub crosscheck: Option<CrossCheck>,
     pub histogram_v2_hex: String,
 }
@@ -137,6 +139,8 @@ pub struct StepSummary {
     pub loadgen_cpu_s: f64,
     /// Busy CPU seconds of the machine during the window (max over runs).
     pub machine_cpu_s: f64,
+    /// Softirq share of machine_cpu_s (max over runs).
+    pub softirq_cpu_s: f64,
     pub window_s: f64,
     /// None when no metrics were given; Some(true) when every run's cross-check passed.
     pub crosscheck_ok: Option<bool>,
@@ -198,6 +202,7 @@ pub fn summarize(connections: usize, runs: &[&StepRun]) -> StepSummary {
             .map(|v| v.into_iter().fold(0.0, f64::max)),
         loadgen_cpu_s: runs.iter().map(|r| r.loadgen_cpu_s).fold(0.0, f64::max),
         machine_cpu_s: runs.iter().map(|r| r.machine_cpu_s).fold(0.0, f64::max),
+        softirq_cpu_s: runs.iter().map(|r| r.softirq_cpu_s).fold(0.0, f64::max),
         window_s: runs[0].window_s,
         crosscheck_ok: if checks.is_empty() { None } else { Some(checks.iter().all(|b| *b)) },
     }
@@ -397,7 +402,7 @@ fn run_step(cfg: &SweepConfig, n: usize, rep: usize, tag: &str) -> Result<StepRu
     sleep_until(window_from);
     let srv0 = procstat::sum_cpu_seconds(&cfg.server_pids);
     let lg0 = procstat::sum_cpu_seconds(&pids);
-    let m0 = procstat::machine_busy_seconds();
+    let (m0, si0) = procstat::machine_cpu();
     let hook = match &cfg.hook_window {
         Some(cmd) => Some(
             Command::new("sh")
@@ -433,7 +438,7 @@ fn run_step(cfg: &SweepConfig, n: usize, rep: usize, tag: &str) -> Result<StepRu
     sleep_until(window_to);
     let srv1 = procstat::sum_cpu_seconds(&cfg.server_pids);
     let lg1 = procstat::sum_cpu_seconds(&pids);
-    let m1 = procstat::machine_busy_seconds();
+    let (m1, si1) = procstat::machine_cpu();
     // Children finish their in-flight appends, write JSON and exit.
     let exit_deadline = Instant::now() + cfg.timeout + CHILD_GRACE;
     let mut lg_total = vec![0.0; procs];
@@ -531,6 +536,7 @@ fn run_step(cfg: &SweepConfig, n: usize, rep: usize, tag: &str) -> Result<StepRu
         loadgen_cpu_s: lg1 - lg0,
         loadgen_cpu_total_s: results.iter().map(|r| r.cpu_s).sum(),
         machine_cpu_s: m1 - m0,
+        softirq_cpu_s: si1 - si0,
         crosscheck,
         histogram_v2_hex: merge::to_hex(&hist),
     })
