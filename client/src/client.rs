@@ -201,7 +201,14 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
     }
 }
 
-type Waiting = VecDeque<(u64, oneshot::Sender<Result<Reply, Error>>)>;
+/// Requests sent and not yet answered, in order. `closed` is set by the reader when it
+/// stops: from then on the writer answers new requests with `Closed` itself (otherwise
+/// a request queued just after the reader's final drain would wait forever).
+#[derive(Default)]
+struct Waiting {
+    queue: VecDeque<(u64, oneshot::Sender<Result<Reply, Error>>)>,
+    closed: bool,
+}
 
 /// One connection: a writer task and a reader task matching answers to requests in order.
 struct Conn {
@@ -234,7 +241,13 @@ impl Conn {
                 frames.clear();
                 let mut queue = |mut c: Cmd, frames: &mut Vec<u8>| {
                     c.frame[5..13].copy_from_slice(&next_id.to_le_bytes());
-                    w_waiting.lock().unwrap().push_back((next_id, c.reply));
+                    let mut w = w_waiting.lock().unwrap();
+                    if w.closed {
+                        let _ = c.reply.send(Err(Error::Closed));
+                        return;
+                    }
+                    w.queue.push_back((next_id, c.reply));
+                    drop(w);
                     next_id += 1;
                     frames.extend_from_slice(&c.frame);
                 };
@@ -251,7 +264,7 @@ impl Conn {
         tokio::spawn(async move {
             loop {
                 let r = reader.next().await;
-                let waiter = waiting.lock().unwrap().pop_front();
+                let waiter = waiting.lock().unwrap().queue.pop_front();
                 match (r, waiter) {
                     (Ok(Some(reply)), Some((id, w))) if reply.req_id == id => {
                         let _ = w.send(Ok(reply));
@@ -269,7 +282,9 @@ impl Conn {
                 }
             }
             // Fail whoever still waits.
-            for (_, w) in waiting.lock().unwrap().drain(..) {
+            let mut w = waiting.lock().unwrap();
+            w.closed = true;
+            for (_, w) in w.queue.drain(..) {
                 let _ = w.send(Err(Error::Closed));
             }
         });
