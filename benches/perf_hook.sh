@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Window hook for `corelog-loadgen sweep --hook-window`: at the step with
 # PROFILE_AT connections, samples the leader, the follower and the load generators
-# (perf record -e cpu-clock -g; hardware counters are not available here) for
+# (perf record -e cpu-clock --call-graph dwarf; hardware counters are not available
+# here) for
 # PROFILE_SECS seconds into $PROFILE_DIR/{leader,follower,loadgen}.perf.data.
 # The sweep sets CORELOG_STEP_CONNECTIONS and CORELOG_LOADGEN_PIDS; sweep.sh exports
 # PROFILE_AT, PROFILE_DIR, PROFILE_SECS, LEADER_PIDS and FOLLOWER_PIDS.
@@ -18,7 +19,7 @@ for who in leader follower loadgen; do
     follower) p=$FOLLOWER_PIDS ;;
     loadgen) p=$CORELOG_LOADGEN_PIDS ;;
   esac
-  perf record -q -e cpu-clock -F 199 -g -p "$p" -o "$PROFILE_DIR/$who.perf.data" -- sleep "$secs" \
+  perf record -q -e cpu-clock -F "${PROFILE_HZ:-99}" --call-graph "${PROFILE_CALLGRAPH:-dwarf,16384}" -p "$p" -o "$PROFILE_DIR/$who.perf.data" -- sleep "$secs" \
     >"$PROFILE_DIR/$who.perf.log" 2>&1 &
   pids+=($!)
 done

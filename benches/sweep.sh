@@ -18,7 +18,8 @@
 # REPS (runs per system in the peer comparison, ABBA order), OPEN_RATE / OPEN_STEPS (open
 # loop; OPEN_RATE= to skip), PEERS (e.g. "pg nats", or none), PEER_CLIENTS ("100 1000"),
 # NATS_CLIENTS ("100"), PEER_SECS, PROFILE_AT (connections to profile at; empty: none),
-# PROFILE_SECS, WORK (scratch dir), OUT (results dir), MAX_PER_PROC, LOADGEN_ARGS (extra
+# PROFILE_SECS, PROFILE_CALLGRAPH (perf --call-graph; default dwarf: Rust release builds
+# have no frame pointers, so fp stacks stop at the first Rust frame), WORK (scratch dir), OUT (results dir), MAX_PER_PROC, LOADGEN_ARGS (extra
 # flags for every `corelog-loadgen sweep`, e.g. "--ring-depth 128").
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -53,11 +54,13 @@ log() { echo "sweep.sh: $*" >&2; }
 
 log "building release"
 cargo build --release -p corelog-loadgen -p corelog-server >&2
-BIN=$ROOT/target/release
-CORELOG=$BIN/corelog
-LOADGEN=$BIN/corelog-loadgen
-
-rm -rf "$WORK"; mkdir -p "$WORK/out" "$OUT"
+rm -rf "$WORK"; mkdir -p "$WORK/out" "$WORK/bin" "$OUT"
+# Private copies: a rebuild of target/ during the run must not swap the binaries under
+# the measurement (or under perf's symbol lookup).
+cp "$ROOT/target/release/corelog" "$ROOT/target/release/corelog-loadgen" "$WORK/bin/"
+CORELOG=$WORK/bin/corelog
+LOADGEN=$WORK/bin/corelog-loadgen
+log "binaries: $(sha256sum "$CORELOG" | cut -c1-12) corelog, $(sha256sum "$LOADGEN" | cut -c1-12) corelog-loadgen; tree $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- server client loadgen || echo ' with uncommitted changes')"
 $CORELOG certs --out "$WORK/certs" >/dev/null
 C=$WORK/certs
 
@@ -106,7 +109,7 @@ start_nodes() {
 start_nodes
 ALL_PIDS=$(IFS=,; echo "${PIDS_LEADER[*]},${PIDS_FOLLOWER[*]}")
 export LEADER_PIDS=$(IFS=,; echo "${PIDS_LEADER[*]}") FOLLOWER_PIDS=$(IFS=,; echo "${PIDS_FOLLOWER[*]}")
-export PROFILE_AT PROFILE_SECS PROFILE_DIR=$WORK/profile
+export PROFILE_AT PROFILE_SECS PROFILE_DIR=$WORK/profile PROFILE_CALLGRAPH=${PROFILE_CALLGRAPH:-dwarf,16384}
 
 sweep() { # name steps extra-args...
   local name=$1 steps=$2; shift 2

@@ -153,7 +153,7 @@ def main():
     flames = [f for f in a.flames.split() if f]
     if flames:
         md.append("## Flamegraphs\n")
-        md.append("`perf record -e cpu-clock -F 199 -g` during the measured window, rendered with inferno:\n")
+        md.append("`perf record -e cpu-clock --call-graph dwarf` (benches/perf_hook.sh) during the measured window, rendered with inferno:\n")
         for f in flames:
             md.append(f"- {f}: [{a.date}-flame-{f}.svg]({a.date}-flame-{f}.svg)")
         md.append("")
