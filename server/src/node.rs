@@ -85,6 +85,10 @@ pub fn serve(cfg: ServeConfig) -> Result<(), String> {
         Some(t) => Some(Arc::new(corelog_client::tls::client_config(&t.ca, Some((&t.cert, &t.key)))?)),
         None => None,
     };
+    if client_tls.is_some() || repl_server.is_some() {
+        // Probed once here (a throwaway loopback socket per cipher), before any shard.
+        eprintln!("corelog: {}", crate::net::ktls::status_line());
+    }
     let ready = Arc::new(AtomicBool::new(false));
     let handle = metrics::install();
     let metrics_addr = match cfg.metrics_listen {
@@ -127,8 +131,11 @@ pub fn serve(cfg: ServeConfig) -> Result<(), String> {
         }
     }
     ready.store(true, Ordering::Release);
-    let tls_mode =
-        if cfg.tls.is_some() { "mTLS (userspace rustls; kernel TLS not active)" } else { "PLAINTEXT (--insecure)" };
+    let tls_mode = match (&cfg.tls, crate::net::ktls::available()) {
+        (Some(_), true) => "mTLS (kernel TLS after a rustls handshake)",
+        (Some(_), false) => "mTLS (userspace rustls)",
+        (None, _) => "PLAINTEXT (--insecure)",
+    };
     eprintln!(
         "corelog: ready: role {:?}, shards {:?} of {}, clients on {} ({tls_mode}), metrics on {}",
         cfg.role,
@@ -174,7 +181,8 @@ async fn start_shard(
         leader_addr: cfg.leader_addr.clone(),
     };
     let metrics = ShardMetrics::new(id);
-    metrics.ktls_active.set(0.0);
+    let any_tls = cfg.tls.is_some() || cfg.repl_tls.is_some();
+    metrics.ktls_active.set(if any_tls && crate::net::ktls::available() { 1.0 } else { 0.0 });
     let shard = Shard::new(scfg, log, role, epoch, metrics);
     shard.release(); // publish the recovered offsets
     glommio::spawn_local(shard.clone().commit_loop()).detach();

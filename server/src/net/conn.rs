@@ -23,7 +23,7 @@ const TAIL_CHUNK: usize = 256 * 1024;
 
 pub async fn serve(shard: Rc<Shard>, sock: TcpStream, tls: Option<rustls::Connection>) {
     let _ = sock.set_nodelay(true);
-    let (mut rd, wr) = match tls_io::establish(sock, tls).await {
+    let (mut rd, wr) = match tls_io::establish_as(sock, tls, "client").await {
         Ok(x) => x,
         Err(_) => {
             shard.metrics.tls_failures.increment(1);

@@ -1,6 +1,8 @@
-//! Networking: listeners, client connections, TLS (rustls driven by hand).
+//! Networking: listeners, client connections, TLS (rustls driven by hand, handed to
+//! kernel TLS after the handshake where the kernel has the `tls` ULP).
 
 pub mod conn;
+pub mod ktls;
 pub mod listener;
 pub mod tls;
 pub mod tls_io;

@@ -66,7 +66,7 @@ async fn serve(
 ) -> Result<(), String> {
     let my_gen = gen.get();
     let _ = sock.set_nodelay(true);
-    let (mut rd, mut wr) = tls_io::establish(sock, t).await.map_err(|e| {
+    let (mut rd, mut wr) = tls_io::establish_as(sock, t, "replication").await.map_err(|e| {
         shard.metrics.tls_failures.increment(1);
         format!("TLS handshake failed: {e}")
     })?;

@@ -62,7 +62,8 @@ async fn link_once(shard: &Rc<Shard>, cfg: &LinkConfig) -> Result<(), String> {
         TcpStream::connect_timeout(cfg.peer, Duration::from_secs(2)).await.map_err(|e| format!("connect: {e}"))?;
     let _ = sock.set_nodelay(true);
     let t = tls::connect(&cfg.tls, &cfg.server_name)?;
-    let (mut rd, mut wr) = tls_io::establish(sock, t).await.map_err(|e| format!("TLS handshake: {e}"))?;
+    let (mut rd, mut wr) =
+        tls_io::establish_as(sock, t, "replication").await.map_err(|e| format!("TLS handshake: {e}"))?;
     let epoch = shard.epoch.get();
     let mut out = Vec::new();
     Repl::Hello {
