@@ -75,7 +75,11 @@ stop_nodes() {
   done
   PIDS_LEADER=(); PIDS_FOLLOWER=()
 }
-trap stop_nodes EXIT
+# While a peer runs, the corelog nodes are frozen (SIGSTOP) so that they take no CPU
+# from it (an idle node is not free: see the results), and thawed for corelog's turn.
+freeze_nodes() { for p in "${PIDS_LEADER[@]}" "${PIDS_FOLLOWER[@]}"; do kill -STOP "$p" 2>/dev/null || true; done; }
+thaw_nodes() { for p in "${PIDS_LEADER[@]}" "${PIDS_FOLLOWER[@]}"; do kill -CONT "$p" 2>/dev/null || true; done; }
+trap 'thaw_nodes; stop_nodes' EXIT
 
 start_nodes() {
   for s in 0 1; do
@@ -159,7 +163,9 @@ compare() { # kind clients
       WARMUP=2s DURATION=${PEER_SECS} COOLDOWN=2s sweep "cmp-$kind-$n-$j" "$n" >"$WORK/out/cmp-$kind-$n-$j.txt" || STATUS=1
     else
       log "compare $kind at $n: $kind (run $j)"
+      freeze_nodes
       run_peer "$kind" "$n" "$j"
+      thaw_nodes
     fi
   done
 }
@@ -177,6 +183,7 @@ for p in $PEERS; do
   esac
 done
 
+thaw_nodes
 log "stopping nodes; verifying both data directories"
 stop_nodes
 $CORELOG inspect "$WORK/leader" >"$WORK/out/inspect-leader.txt" || STATUS=1
