@@ -38,9 +38,10 @@ pub fn machine_busy_seconds() -> f64 {
     machine_cpu().0
 }
 
-/// (busy, softirq) CPU seconds of the machine so far. Softirq time (e.g. loopback TCP
-/// receive processing) is not charged to any process in /proc/PID/stat when the kernel
-/// accounts IRQ time separately, so part of "busy − processes" is our own networking.
+/// (busy, softirq) CPU seconds of the machine so far. Softirq time is mostly loopback TCP
+/// receive processing. Without CONFIG_IRQ_TIME_ACCOUNTING (as here: server + load
+/// generator CPU add up to the busy total) it is also inside the CPU time of whichever
+/// process was interrupted; with it, it is charged to no process.
 pub fn machine_cpu() -> (f64, f64) {
     let Ok(s) = std::fs::read_to_string("/proc/stat") else { return (0.0, 0.0) };
     let Some(line) = s.lines().find(|l| l.starts_with("cpu ")) else { return (0.0, 0.0) };

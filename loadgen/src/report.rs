@@ -189,7 +189,7 @@ pub fn sweep_markdown(r: &SweepReport, svg_name: Option<&str>) -> String {
             /proc/PID/stat) of the server processes / load-generator processes during the window, all CPU s = busy \
             CPU seconds of the whole machine in the window (/proc/stat; the rest is other processes), \
             out of cpus × window available, softirq s = its softirq part (loopback TCP receive \
-            work, charged to no process); \
+            work; here it is also inside the CPU of whichever process was running); \
             connect s = time to open every mTLS connection.\n";
     out
 }

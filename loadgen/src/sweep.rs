@@ -110,7 +110,8 @@ pub struct StepRun {
     /// Busy CPU seconds of the whole machine during the window (/proc/stat): what is
     /// above server + load generators was used by other processes (noise).
     pub machine_cpu_s: f64,
-    /// Softirq CPU seconds of the machine during the window (inside machine_cpu_s).
+    /// Softirq CPU seconds of the machine during the window (inside machine_cpu_s, and
+    /// here also inside the processes' own CPU seconds).
     pub softirq_cpu_s: f64,
     pub crosscheck: Option<CrossCheck>,
     pub histogram_v2_hex: String,
