@@ -167,7 +167,7 @@ fn open_loop_shows_a_100ms_stall_in_p99_that_closed_loop_hides() {
     assert!(closed.max_us >= 90_000, "closed-loop max {} µs: the stall must have hit this run", closed.max_us);
     assert!(closed.acked >= 100 * CONNECTIONS as u64, "closed loop too slow to judge p99 ({} samples)", closed.acked);
     assert!(
-        closed.p99_us < 40_000 && closed.p99_us * 2 < open.p99_us,
+        closed.p99_us < 50_000 && closed.p99_us * 2 < open.p99_us,
         "closed-loop p99 {} µs should hide the stall (open-loop p99 {} µs)",
         closed.p99_us,
         open.p99_us
