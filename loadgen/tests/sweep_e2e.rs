@@ -1,0 +1,100 @@
+//! `corelog-loadgen sweep` end to end against a real standalone `corelog` (mTLS): two
+//! small steps split over several load-generator processes with a shared start time,
+//! histograms merged, CPU sampled, and every acknowledgement cross-checked against the
+//! server's `corelog_appends_total`. Skips (with a reason) if the server is not built.
+
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use corelog_loadgen::sweep::SweepReport;
+
+fn free_port_pair() -> u16 {
+    for _ in 0..100 {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let p = l.local_addr().unwrap().port();
+        if p < 65000 && TcpListener::bind(("127.0.0.1", p + 1)).is_ok() {
+            return p;
+        }
+    }
+    panic!("no free port pair");
+}
+
+#[test]
+fn sweep_over_several_processes_cross_checks_exactly() {
+    let bin = Path::new(env!("CARGO_BIN_EXE_corelog-loadgen")).with_file_name("corelog");
+    if !bin.exists() {
+        eprintln!("SKIPPED: no server binary at {} (run `cargo build --release` first)", bin.display());
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let certs = dir.path().join("certs");
+    assert!(Command::new(&bin).arg("certs").arg("--out").arg(&certs).stdout(Stdio::null()).status().unwrap().success());
+    let port = free_port_pair();
+    let metrics = free_port_pair();
+    let mut server = Command::new(&bin)
+        .args(["serve", "--role", "standalone", "--shard-count", "1", "--segment-bytes", "67108864"])
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .args(["--listen", &format!("127.0.0.1:{port}"), "--metrics-listen", &format!("127.0.0.1:{metrics}")])
+        .arg("--cert")
+        .arg(certs.join("server.pem"))
+        .arg("--key")
+        .arg(certs.join("server.key"))
+        .arg("--client-ca")
+        .arg(certs.join("ca.pem"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let up = Instant::now();
+    while corelog_loadgen::scrape::fetch(format!("127.0.0.1:{metrics}").parse().unwrap()).is_err() {
+        assert!(up.elapsed() < Duration::from_secs(30), "server not up");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let out = dir.path().join("out");
+    let status = Command::new(env!("CARGO_BIN_EXE_corelog-loadgen"))
+        .arg("sweep")
+        .args(["--target", &format!("127.0.0.1:{port}")])
+        .args(["--steps", "20,45", "--max-conns-per-process", "16"])
+        .args(["--warmup", "300ms", "--duration", "1s", "--cooldown", "300ms"])
+        .args(["--server-pids", &server.id().to_string()])
+        .args(["--leader-metrics", &format!("127.0.0.1:{metrics}")])
+        .arg("--ca")
+        .arg(certs.join("ca.pem"))
+        .arg("--cert")
+        .arg(certs.join("client.pem"))
+        .arg("--key")
+        .arg(certs.join("client.key"))
+        .arg("--out")
+        .arg(&out)
+        .args(["--name", "e2e"])
+        .status()
+        .unwrap();
+    let _ = server.kill();
+    let _ = server.wait();
+    assert!(status.success(), "sweep failed: {status}");
+    let rep: SweepReport = serde_json::from_str(&std::fs::read_to_string(out.join("e2e.json")).unwrap()).unwrap();
+    assert_eq!(rep.steps.len(), 2);
+    assert_eq!((rep.steps[0].procs, rep.steps[1].procs), (2, 3), "20 and 45 connections at ≤ 16 per process");
+    for r in &rep.runs {
+        assert_eq!(r.connected, r.connections as u64);
+        assert!(r.acked > 0 && r.acked_total >= r.acked);
+        assert_eq!(r.errors + r.timeouts + r.connect_failures, 0);
+        let c = r.crosscheck.as_ref().expect("cross-check done");
+        assert!(c.ok, "{}", c.note);
+        assert_eq!(c.leader_appends, r.acked_total, "exact: every acknowledgement counted once");
+        // The merged histogram holds exactly the window's acknowledged appends.
+        let h = corelog_loadgen::merge::from_hex(&r.histogram_v2_hex).unwrap();
+        assert_eq!(h.len(), r.acked);
+        assert!(r.server_cpu_s.unwrap() > 0.0 && r.loadgen_cpu_s > 0.0);
+        assert!(r.late_start_ms < 100.0, "children missed the shared start by {} ms", r.late_start_ms);
+    }
+    assert_eq!(rep.crosscheck_ok, Some(true));
+    for f in ["e2e.md", "e2e.svg"] {
+        let s = std::fs::read_to_string(out.join(f)).unwrap();
+        assert!(s.len() > 200, "{f} too short");
+    }
+    assert!(std::fs::read_to_string(out.join("e2e.svg")).unwrap().starts_with("<svg"));
+}
