@@ -105,6 +105,9 @@ pub fn serve(cfg: ServeConfig) -> Result<(), String> {
         let ex = LocalExecutorBuilder::new(Placement::Fixed(id as usize % ncpu))
             .name(&format!("shard-{id}"))
             .io_memory(cfg.io_memory)
+            // Thousands of armed polls per executor: a deep ring keeps io_uring's
+            // cancel hash short (the default 128 cost ~2% CPU at 18k connections).
+            .ring_depth(4096)
             .spawn(move || async move {
                 match start_shard(id, &cfg, client_tls, repl_server, repl_client).await {
                     Ok((shard, line)) => {

@@ -184,7 +184,7 @@ async fn tail(shard: Rc<Shard>, out: Rc<ConnOut>, from: u64, req_id: u64) {
 
 /// Sends whatever responses accumulated, one write per wake-up, until closed.
 async fn write_loop(out: Rc<ConnOut>, mut wr: Writer) {
-    let mut pending = Vec::with_capacity(16 * 1024);
+    let mut pending = Vec::new(); // grows to what the connection needs
     loop {
         std::mem::swap(&mut pending, &mut *out.buf.borrow_mut());
         if pending.is_empty() {
