@@ -14,12 +14,13 @@
 //! The server binary is found next to the load generator (target/<profile>/corelog); the
 //! test says why and passes without checking anything if it is not built.
 
-use std::io::{BufRead, BufReader};
-use std::net::TcpListener;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+mod common;
+
+use std::path::Path;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
+use common::{server_bin, start_server, Server};
 use corelog_loadgen::result::RunResult;
 use corelog_loadgen::run::{instant_of_unix, unix_now};
 
@@ -30,71 +31,6 @@ const WINDOW_MS: u64 = 1000;
 const STALL_AT_MS: u64 = 300;
 const CONNECTIONS: usize = 8;
 const RATE: f64 = 1000.0;
-
-struct Server(Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        // SAFETY: plain kill(2) on our own child; CONT first in case a test failed mid-stall.
-        unsafe { libc::kill(self.0.id() as i32, libc::SIGCONT) };
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn server_bin() -> Option<PathBuf> {
-    let p = Path::new(env!("CARGO_BIN_EXE_corelog-loadgen")).with_file_name("corelog");
-    p.exists().then_some(p)
-}
-
-/// A port p such that p and p+1 (shard 0's direct port) are free now.
-fn free_port_pair() -> u16 {
-    for _ in 0..100 {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let p = l.local_addr().unwrap().port();
-        if p < 65000 && TcpListener::bind(("127.0.0.1", p + 1)).is_ok() {
-            return p;
-        }
-    }
-    panic!("no free port pair");
-}
-
-fn start_server(bin: &Path, dir: &Path) -> (Server, u16) {
-    let certs = dir.join("certs");
-    let st = Command::new(bin).arg("certs").arg("--out").arg(&certs).stdout(Stdio::null()).status().unwrap();
-    assert!(st.success(), "corelog certs failed");
-    let port = free_port_pair();
-    let metrics = free_port_pair();
-    let mut child = Command::new(bin)
-        .args(["serve", "--role", "standalone", "--shard-count", "1", "--segment-bytes", "67108864"])
-        .arg("--data-dir")
-        .arg(dir.join("data"))
-        .args(["--listen", &format!("127.0.0.1:{port}")])
-        .args(["--metrics-listen", &format!("127.0.0.1:{metrics}")])
-        .arg("--cert")
-        .arg(certs.join("server.pem"))
-        .arg("--key")
-        .arg(certs.join("server.key"))
-        .arg("--client-ca")
-        .arg(certs.join("ca.pem"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let err = child.stderr.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for l in BufReader::new(err).lines().map_while(Result::ok) {
-            eprintln!("server: {l}");
-            if l.contains("ready") {
-                let _ = tx.send(());
-            }
-        }
-    });
-    let server = Server(child);
-    rx.recv_timeout(Duration::from_secs(30)).expect("server ready within 30 s");
-    (server, port)
-}
 
 /// One run of the load generator with a 100 ms SIGSTOP of the server inside the window.
 fn run_with_stall(dir: &Path, server: &Server, port: u16, rate: Option<f64>, name: &str) -> RunResult {
@@ -153,7 +89,7 @@ fn open_loop_shows_a_100ms_stall_in_p99_that_closed_loop_hides() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let (server, port) = start_server(&bin, dir.path());
+    let (server, port, _metrics) = start_server(&bin, dir.path());
 
     let open = run_with_stall(dir.path(), &server, port, Some(RATE), "open");
     let closed = run_with_stall(dir.path(), &server, port, None, "closed");

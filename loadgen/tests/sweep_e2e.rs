@@ -3,63 +3,30 @@
 //! histograms merged, CPU sampled, and every acknowledgement cross-checked against the
 //! server's `corelog_appends_total`. Skips (with a reason) if the server is not built.
 
-use std::net::TcpListener;
-use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+mod common;
+
+use std::process::Command;
+
+use common::{server_bin, start_server};
 
 use corelog_loadgen::sweep::SweepReport;
 
-fn free_port_pair() -> u16 {
-    for _ in 0..100 {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let p = l.local_addr().unwrap().port();
-        if p < 65000 && TcpListener::bind(("127.0.0.1", p + 1)).is_ok() {
-            return p;
-        }
-    }
-    panic!("no free port pair");
-}
-
 #[test]
 fn sweep_over_several_processes_cross_checks_exactly() {
-    let bin = Path::new(env!("CARGO_BIN_EXE_corelog-loadgen")).with_file_name("corelog");
-    if !bin.exists() {
-        eprintln!("SKIPPED: no server binary at {} (run `cargo build --release` first)", bin.display());
+    let Some(bin) = server_bin() else {
+        eprintln!("SKIPPED: no corelog server binary next to the load generator (run `cargo build --release` first)");
         return;
-    }
+    };
     let dir = tempfile::tempdir().unwrap();
     let certs = dir.path().join("certs");
-    assert!(Command::new(&bin).arg("certs").arg("--out").arg(&certs).stdout(Stdio::null()).status().unwrap().success());
-    let port = free_port_pair();
-    let metrics = free_port_pair();
-    let mut server = Command::new(&bin)
-        .args(["serve", "--role", "standalone", "--shard-count", "1", "--segment-bytes", "67108864"])
-        .arg("--data-dir")
-        .arg(dir.path().join("data"))
-        .args(["--listen", &format!("127.0.0.1:{port}"), "--metrics-listen", &format!("127.0.0.1:{metrics}")])
-        .arg("--cert")
-        .arg(certs.join("server.pem"))
-        .arg("--key")
-        .arg(certs.join("server.key"))
-        .arg("--client-ca")
-        .arg(certs.join("ca.pem"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let up = Instant::now();
-    while corelog_loadgen::scrape::fetch(format!("127.0.0.1:{metrics}").parse().unwrap()).is_err() {
-        assert!(up.elapsed() < Duration::from_secs(30), "server not up");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let (server, port, metrics) = start_server(&bin, dir.path());
     let out = dir.path().join("out");
     let status = Command::new(env!("CARGO_BIN_EXE_corelog-loadgen"))
         .arg("sweep")
         .args(["--target", &format!("127.0.0.1:{port}")])
         .args(["--steps", "20,45", "--max-conns-per-process", "16"])
         .args(["--warmup", "300ms", "--duration", "1s", "--cooldown", "300ms"])
-        .args(["--server-pids", &server.id().to_string()])
+        .args(["--server-pids", &server.0.id().to_string()])
         .args(["--leader-metrics", &format!("127.0.0.1:{metrics}")])
         .arg("--ca")
         .arg(certs.join("ca.pem"))
@@ -72,8 +39,7 @@ fn sweep_over_several_processes_cross_checks_exactly() {
         .args(["--name", "e2e"])
         .status()
         .unwrap();
-    let _ = server.kill();
-    let _ = server.wait();
+    drop(server);
     assert!(status.success(), "sweep failed: {status}");
     let rep: SweepReport = serde_json::from_str(&std::fs::read_to_string(out.join("e2e.json")).unwrap()).unwrap();
     assert_eq!(rep.steps.len(), 2);
