@@ -8,8 +8,13 @@
 
 use std::fmt;
 
-/// Protocol version carried in `Hello` and `ReplHello`.
+/// Client protocol version carried in `Hello`.
 pub const PROTOCOL_VERSION: u16 = 1;
+/// Replication protocol version carried in `Repl::Hello`. 2: the follower answers
+/// `Welcome` with `Joined` (its last record's epoch and CRC) instead of `Ack`, and a
+/// leader writes nothing before a follower has accepted its epoch. Both nodes of a pair
+/// must speak the same version; a different one is refused with `BadVersion`.
+pub const REPL_PROTOCOL_VERSION: u16 = 2;
 /// Magic in `Hello` / `ReplHello` bodies: lets a server reject a stray plaintext speaker.
 pub const HELLO_MAGIC: [u8; 4] = *b"CLOG";
 /// `len` field + op + req_id.
@@ -31,6 +36,7 @@ pub mod op {
     pub const TAIL: u8 = 0x04;
     pub const REPL_HELLO: u8 = 0x10;
     pub const REPL_ACK: u8 = 0x11;
+    pub const REPL_JOINED: u8 = 0x12;
     pub const HELLO_OK: u8 = 0x81;
     pub const APPENDED: u8 = 0x82;
     pub const RECORDS: u8 = 0x83;
@@ -57,6 +63,12 @@ pub enum ErrorCode {
     Internal = 12,
     BadHandshake = 13,
     Unexpected = 14,
+    /// Nothing was written: the leader cannot take writes yet (no follower has accepted
+    /// its epoch since it started). A definite failure: retrying is safe.
+    Unavailable = 15,
+    /// Replication only: the two logs hold different records at the same offset after
+    /// the handshake's cut. The link is refused; see docs/operations.md.
+    Diverged = 16,
 }
 
 impl ErrorCode {
@@ -77,6 +89,8 @@ impl ErrorCode {
             12 => Internal,
             13 => BadHandshake,
             14 => Unexpected,
+            15 => Unavailable,
+            16 => Diverged,
             _ => return None,
         })
     }
@@ -471,6 +485,14 @@ pub enum Repl<'a> {
     Ack {
         next_offset: u64,
     },
+    /// Follower → leader, once, right after `Welcome` and its cut: its log end and the
+    /// identity (epoch, CRC) of its last record (both 0 for an empty log). The leader
+    /// checks them against its own record at `next_offset - 1` before anything else.
+    Joined {
+        next_offset: u64,
+        last_epoch: u32,
+        last_crc: u32,
+    },
     Error {
         code: u16,
         message: &'a str,
@@ -503,6 +525,7 @@ impl<'a> Repl<'a> {
                 return Ok(Repl::Batch { epoch, first_offset, count, records: b.rest });
             }
             op::REPL_ACK => Repl::Ack { next_offset: b.u64()? },
+            op::REPL_JOINED => Repl::Joined { next_offset: b.u64()?, last_epoch: b.u32()?, last_crc: b.u32()? },
             op::ERROR => parse_error(&mut b)?,
             o => return Err(CodecError::UnknownOpcode(o)),
         };
@@ -542,6 +565,13 @@ impl<'a> Repl<'a> {
             Repl::Ack { next_offset } => {
                 let at = begin_frame(out, op::REPL_ACK, 0);
                 out.extend_from_slice(&next_offset.to_le_bytes());
+                finish_frame(out, at);
+            }
+            Repl::Joined { next_offset, last_epoch, last_crc } => {
+                let at = begin_frame(out, op::REPL_JOINED, 0);
+                out.extend_from_slice(&next_offset.to_le_bytes());
+                out.extend_from_slice(&last_epoch.to_le_bytes());
+                out.extend_from_slice(&last_crc.to_le_bytes());
                 finish_frame(out, at);
             }
             Repl::Error { code, message } => encode_error(0, *code, message, out),
@@ -597,6 +627,7 @@ mod tests {
             Repl::Welcome { epoch: 3, truncate_to: 8, common_epoch: 2 },
             Repl::Batch { epoch: 3, first_offset: 10, count: 1, records: b"xyz" },
             Repl::Ack { next_offset: 11 },
+            Repl::Joined { next_offset: 11, last_epoch: 3, last_crc: 0xdead_beef },
             Repl::Error { code: 10, message: "stale epoch" },
         ];
         for r in rs {

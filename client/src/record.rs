@@ -23,6 +23,8 @@ pub const RECORD_HEADER_LEN: usize = 24;
 pub struct RecordRef<'a> {
     pub offset: u64,
     pub epoch: u32,
+    /// The stored CRC-32 (bytes 20..24): with `offset` and `epoch`, a record's identity.
+    pub crc: u32,
     pub payload: &'a [u8],
 }
 
@@ -108,7 +110,7 @@ pub fn decode(buf: &[u8]) -> Result<(RecordRef<'_>, usize), RecordError> {
     if h.finalize() != crc {
         return Err(RecordError::BadCrc { offset });
     }
-    Ok((RecordRef { offset, epoch, payload: &buf[RECORD_HEADER_LEN..total] }, total))
+    Ok((RecordRef { offset, epoch, crc, payload: &buf[RECORD_HEADER_LEN..total] }, total))
 }
 
 /// Verifies that `buf` holds exactly `count` records with offsets `first..first+count`,

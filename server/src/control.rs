@@ -3,6 +3,8 @@
 //! The epoch of shard i lives in `<data-dir>/shard-<i>/epoch` (decimal, one line),
 //! replaced atomically (write temp, fsync, rename, fsync dir). A node never accepts
 //! replication or client writes from a lower epoch than the one on its disk.
+//! `promoted-epoch` beside it (same format) is written by `admin promote`: the records
+//! of epochs below it are the history the promoted node inherited (docs/format.md).
 
 use std::fs::File;
 use std::io::Write;
@@ -19,20 +21,33 @@ pub fn shard_dir(data_dir: &Path, shard: u16) -> PathBuf {
 }
 
 pub fn read_epoch(shard_dir: &Path) -> Result<u32, String> {
-    let p = shard_dir.join("epoch");
+    Ok(read_number(shard_dir, "epoch")?.unwrap_or(INITIAL_EPOCH))
+}
+
+pub fn write_epoch(shard_dir: &Path, epoch: u32) -> Result<(), String> {
+    write_number(shard_dir, "epoch", epoch)
+}
+
+/// The epoch `admin promote` gave this shard, if it was ever promoted.
+pub fn read_promoted_epoch(shard_dir: &Path) -> Result<Option<u32>, String> {
+    read_number(shard_dir, "promoted-epoch")
+}
+
+fn read_number(shard_dir: &Path, name: &str) -> Result<Option<u32>, String> {
+    let p = shard_dir.join(name);
     match std::fs::read_to_string(&p) {
-        Ok(s) => s.trim().parse().map_err(|e| format!("bad epoch file {}: {e}", p.display())),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(INITIAL_EPOCH),
+        Ok(s) => s.trim().parse().map(Some).map_err(|e| format!("bad {name} file {}: {e}", p.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(format!("read {}: {e}", p.display())),
     }
 }
 
-pub fn write_epoch(shard_dir: &Path, epoch: u32) -> Result<(), String> {
-    let tmp = shard_dir.join("epoch.tmp");
-    let fin = shard_dir.join("epoch");
+fn write_number(shard_dir: &Path, name: &str, value: u32) -> Result<(), String> {
+    let tmp = shard_dir.join(format!("{name}.tmp"));
+    let fin = shard_dir.join(name);
     let r = (|| {
         let mut f = File::create(&tmp)?;
-        writeln!(f, "{epoch}")?;
+        writeln!(f, "{value}")?;
         f.sync_all()?;
         std::fs::rename(&tmp, &fin)
     })();
@@ -90,7 +105,9 @@ pub fn promote(data_dir: &Path, epoch: Option<u32>) -> Result<u32, String> {
         None => max + 1,
     };
     for s in &shards {
-        write_epoch(&shard_dir(data_dir, *s), new)?;
+        let d = shard_dir(data_dir, *s);
+        write_number(&d, "promoted-epoch", new)?;
+        write_epoch(&d, new)?;
     }
     Ok(new)
 }

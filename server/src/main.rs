@@ -63,7 +63,17 @@ enum Cmd {
         hex: bool,
     },
     /// Verify a data directory offline (exit 0 sound, 1 torn tail, 2 corruption).
-    Inspect { data_dir: PathBuf },
+    Inspect {
+        /// The data dir (two with --compare).
+        #[arg(required = true, num_args = 1..=2, value_name = "DATA_DIR")]
+        data_dirs: Vec<PathBuf>,
+        /// `inspect --compare A B`: compare two data dirs (e.g. leader and follower)
+        /// record by record and print, per shard, where they first differ. Exit 0 when
+        /// one log is a prefix of the other on every shard, 1 when they differ, 2 on a
+        /// read error.
+        #[arg(long)]
+        compare: bool,
+    },
     /// Generate certs, start a leader and a follower, run a short load, print results.
     Quickstart(quickstart::Args),
     /// Control-plane operations.
@@ -202,7 +212,14 @@ fn main() {
         Cmd::Append { conn, payloads } => cli::append(&conn, &payloads),
         Cmd::Read { conn, shard, from, limit, hex } => cli::read(&conn, shard, from, limit, hex),
         Cmd::Tail { conn, shard, from, count, hex } => cli::tail(&conn, shard, from, count, hex),
-        Cmd::Inspect { data_dir } => std::process::exit(inspect::run(&data_dir)),
+        Cmd::Inspect { data_dirs, compare } => std::process::exit(match (compare, &data_dirs[..]) {
+            (false, [d]) => inspect::run(d),
+            (true, [a, b]) => inspect::compare(a, b),
+            _ => {
+                eprintln!("corelog inspect: give one data dir, or two with --compare");
+                2
+            }
+        }),
         Cmd::Quickstart(a) => quickstart::run(a),
         Cmd::Admin { cmd: AdminCmd::Promote { data_dir, epoch } } => control::promote(&data_dir, epoch).map(|e| {
             println!("promoted {}: epoch {e}; start it with `corelog serve --role leader`", data_dir.display())

@@ -23,6 +23,8 @@ pub struct ShardMetrics {
     pub replication_lag: Gauge,
     pub ktls_active: Gauge,
     pub tls_failures: Counter,
+    pub appends_held: Gauge,
+    pub diverged: Counter,
 }
 
 impl ShardMetrics {
@@ -40,7 +42,9 @@ impl ShardMetrics {
             log_end: gauge!("corelog_log_end_offset", "shard" => s.clone()),
             replication_lag: gauge!("corelog_replication_lag_records", "shard" => s.clone()),
             ktls_active: gauge!("corelog_ktls_active", "shard" => s.clone()),
-            tls_failures: counter!("corelog_tls_handshake_failures_total", "shard" => s),
+            tls_failures: counter!("corelog_tls_handshake_failures_total", "shard" => s.clone()),
+            appends_held: gauge!("corelog_appends_held", "shard" => s.clone()),
+            diverged: counter!("corelog_replication_diverged_total", "shard" => s),
         }
     }
 }

@@ -170,8 +170,24 @@ async fn start_shard(
         let what = recovery::repair(t)?;
         eprintln!("corelog: shard {id}: {what}");
     }
-    let epoch = control::read_epoch(&dir)?;
+    let stored_epoch = control::read_epoch(&dir)?;
     let log = Rc::new(wal::Log::open(&dir, &scan, cfg.segment_bytes).await.map_err(|e| format!("open log: {e}"))?);
+    // A promoted node's log at its promotion is history it inherited (every record of
+    // an epoch below the promoted one): as leader it serves it without a follower ack.
+    let commit_floor = match control::read_promoted_epoch(&dir)? {
+        Some(p) => log.end_of_epoch(p.saturating_sub(1)),
+        None => 0,
+    };
+    // Every replicated leader start is a new epoch, persisted before anything else: a
+    // batch an earlier incarnation shipped but never wrote is then always in an older
+    // epoch than what this one writes, and the handshake cuts it (docs/protocol.md §8).
+    let epoch = if cfg.role == NodeRole::Leader {
+        let e = stored_epoch.checked_add(1).ok_or("epoch counter exhausted")?;
+        control::write_epoch(&dir, e)?;
+        e
+    } else {
+        stored_epoch
+    };
     let role = match cfg.role {
         NodeRole::Leader | NodeRole::Standalone => Role::Leader,
         NodeRole::Follower => Role::Follower,
@@ -186,7 +202,7 @@ async fn start_shard(
     let metrics = ShardMetrics::new(id);
     let any_tls = cfg.tls.is_some() || cfg.repl_tls.is_some();
     metrics.ktls_active.set(if any_tls && crate::net::ktls::available() { 1.0 } else { 0.0 });
-    let shard = Shard::new(scfg, log, role, epoch, metrics);
+    let shard = Shard::new(scfg, log, role, epoch, commit_floor, metrics);
     shard.release(); // publish the recovered offsets
     glommio::spawn_local(shard.clone().commit_loop()).detach();
     glommio::spawn_local(shard.clone().deadline_loop()).detach();

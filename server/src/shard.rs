@@ -1,7 +1,16 @@
 //! The per-core owner of one shard: its log, its group-commit loop, the appends waiting
 //! for durability, and the watermarks that decide when an append is acknowledged.
 //!
-//! Data plane only: roles and epochs are read here, changed by `control`.
+//! Data plane only: roles and epochs are decided by `control` and the replication
+//! handshake, and change only through this type's methods (`fence`, `adopt_epoch`,
+//! `follower_joined`, `follower_acked`).
+//!
+//! Epoch acceptance: a leader writes nothing in an epoch its follower has not accepted
+//! (persisted) in a handshake. Until then appends wait, at most `ack_timeout` after the
+//! shard started, and are then refused with `Unavailable` (nothing written). So every
+//! record of an epoch was written by the one incarnation whose epoch the follower
+//! accepted, and a follower's records that its restarted leader never wrote are in an
+//! older epoch than anything that leader writes: the handshake cuts them.
 //!
 //! Adaptive group commit: appends are encoded straight into the open batch as they
 //! arrive; the commit loop takes the whole open batch whenever the previous write+fsync
@@ -96,8 +105,15 @@ pub struct ShardConfig {
 pub struct Shard {
     pub cfg: ShardConfig,
     pub log: Rc<Log>,
-    pub role: Cell<Role>,
-    pub epoch: Cell<u32>,
+    role: Cell<Role>,
+    epoch: Cell<u32>,
+    /// Leader: a follower has accepted `epoch` (always true for standalone/follower).
+    accepted: Cell<bool>,
+    /// Leader: appends wait for acceptance until this instant, then are refused.
+    hold_until: Instant,
+    /// Appends waiting in `append` (for acceptance or for room under the bounds).
+    held: Cell<u64>,
+    accepted_ev: Event,
     /// Next offset to assign (≥ log.next_offset()).
     next_assign: Cell<u64>,
     staged: RefCell<VecDeque<Staged>>,
@@ -105,7 +121,7 @@ pub struct Shard {
     unacked: RefCell<VecDeque<Unacked>>,
     unacked_count: Cell<usize>,
     /// Follower's durable end as last acknowledged to us (leader only).
-    pub follower_next: Cell<u64>,
+    follower_next: Cell<u64>,
     /// Leader only: records below the first offset of the current epoch are history
     /// this leader inherited (a promoted follower's log): committed without an ack.
     commit_floor: u64,
@@ -123,15 +139,28 @@ pub struct Shard {
 }
 
 impl Shard {
-    pub fn new(cfg: ShardConfig, log: Rc<Log>, role: Role, epoch: u32, metrics: ShardMetrics) -> Rc<Shard> {
+    /// `commit_floor`: on a leader, the end of the history it inherited (see `committed`).
+    pub fn new(
+        cfg: ShardConfig,
+        log: Rc<Log>,
+        role: Role,
+        epoch: u32,
+        commit_floor: u64,
+        metrics: ShardMetrics,
+    ) -> Rc<Shard> {
         let next = log.next_offset();
-        let commit_floor = log.end_of_epoch(epoch.saturating_sub(1));
+        assert!(commit_floor <= next, "commit floor {commit_floor} above the log end {next}");
+        let replicated_leader = role == Role::Leader && !cfg.standalone;
         Rc::new(Shard {
             commit_floor,
+            hold_until: Instant::now() + cfg.ack_timeout,
             cfg,
             log,
             role: Cell::new(role),
             epoch: Cell::new(epoch),
+            accepted: Cell::new(!replicated_leader),
+            held: Cell::new(0),
+            accepted_ev: Event::default(),
             next_assign: Cell::new(next),
             staged: Default::default(),
             staged_bytes: Cell::new(0),
@@ -150,6 +179,62 @@ impl Shard {
 
     pub fn id(&self) -> u16 {
         self.cfg.id
+    }
+
+    pub fn role(&self) -> Role {
+        self.role.get()
+    }
+
+    pub fn epoch(&self) -> u32 {
+        self.epoch.get()
+    }
+
+    /// Leader: the follower's durable end as last acknowledged.
+    pub fn follower_next(&self) -> u64 {
+        self.follower_next.get()
+    }
+
+    /// Stops leading for good (this process): refuses appends, fails waiting ones.
+    pub fn fence(&self, why: &str) {
+        if self.role.get() == Role::Leader {
+            eprintln!("corelog: shard {}: FENCED: {why}; refusing appends until restarted as follower", self.id());
+            self.role.set(Role::Fenced);
+            self.role_changed();
+        }
+    }
+
+    /// Follower: persists a leader's higher epoch before anything of it is applied.
+    pub fn adopt_epoch(&self, shard_dir: &std::path::Path, epoch: u32) -> Result<(), String> {
+        assert_eq!(self.role.get(), Role::Follower, "only a follower adopts a leader's epoch");
+        if epoch > self.epoch.get() {
+            crate::control::write_epoch(shard_dir, epoch)?;
+            self.epoch.set(epoch);
+            eprintln!("corelog: shard {}: now at epoch {epoch}", self.id());
+        }
+        Ok(())
+    }
+
+    /// Leader: the follower persisted our epoch, cut its log to `next`, and its last
+    /// record is identical to ours. From now on this epoch may be written.
+    pub fn follower_joined(&self, next: u64) {
+        assert_eq!(self.role.get(), Role::Leader, "only a leader takes a follower");
+        assert!(next <= self.log.next_offset(), "follower end {next} beyond our durable end");
+        self.follower_next.set(next);
+        if !self.accepted.get() {
+            eprintln!("corelog: shard {}: epoch {} accepted by the follower; taking appends", self.id(), self.epoch());
+            self.accepted.set(true);
+            self.accepted_ev.notify();
+        }
+        self.release();
+    }
+
+    /// Leader: the follower's durable end advanced to `next` (never past what we assigned).
+    pub fn follower_acked(&self, next: u64) {
+        assert!(next <= self.assigned(), "follower acked {next}, beyond the {} offsets assigned", self.assigned());
+        if next > self.follower_next.get() {
+            self.follower_next.set(next);
+            self.release();
+        }
     }
 
     /// Records readers may see: durable here, and on the follower too when we lead.
@@ -171,6 +256,13 @@ impl Shard {
 
     fn refuse(&self) -> Option<(ErrorCode, String)> {
         match self.role.get() {
+            Role::Leader if !self.accepted.get() && Instant::now() >= self.hold_until => Some((
+                ErrorCode::Unavailable,
+                format!(
+                    "not written: no follower has accepted this leader's epoch {} since it started",
+                    self.epoch.get()
+                ),
+            )),
             Role::Leader => None,
             Role::Follower => Some((ErrorCode::NotLeader, self.cfg.leader_addr.clone().unwrap_or_default())),
             Role::Fenced => {
@@ -183,15 +275,13 @@ impl Shard {
     /// pushed to `conn` once the record is durable on every replica (or fails).
     pub async fn append(&self, payload: &[u8], conn: &Rc<ConnOut>, req_id: u64) -> Result<(), (ErrorCode, String)> {
         let len = record::encoded_len(payload.len());
-        loop {
-            if let Some(e) = self.refuse() {
-                return Err(e);
-            }
-            if self.staged_bytes.get() + len <= MAX_STAGED_BYTES && self.unacked_count.get() < MAX_UNACKED {
-                break;
-            }
-            self.space_ev.wait().await;
-        }
+        self.held.set(self.held.get() + 1);
+        self.metrics.appends_held.set(self.held.get() as f64);
+        let r = self.wait_writable(len).await;
+        self.held.set(self.held.get() - 1);
+        self.metrics.appends_held.set(self.held.get() as f64);
+        r?;
+        assert!(self.accepted.get(), "a leader stages records only in an accepted epoch");
         let mut staged = self.staged.borrow_mut();
         let need_new = match staged.back() {
             None => true,
@@ -218,6 +308,25 @@ impl Shard {
         drop(staged);
         self.staged_ev.notify();
         Ok(())
+    }
+
+    /// Waits until an append of `len` encoded bytes may be staged: this leader's epoch is
+    /// accepted and there is room under the bounds. Errors when it may never be.
+    async fn wait_writable(&self, len: usize) -> Result<(), (ErrorCode, String)> {
+        loop {
+            if let Some(e) = self.refuse() {
+                return Err(e);
+            }
+            if !self.accepted.get() {
+                let left = self.hold_until.saturating_duration_since(Instant::now());
+                futures_lite::future::or(self.accepted_ev.wait(), glommio::timer::sleep(left)).await;
+                continue;
+            }
+            if self.staged_bytes.get() + len <= MAX_STAGED_BYTES && self.unacked_count.get() < MAX_UNACKED {
+                return Ok(());
+            }
+            self.space_ev.wait().await;
+        }
     }
 
     /// Follower side: wait until `bytes` more can be staged.
@@ -392,9 +501,10 @@ impl Shard {
         }
     }
 
-    /// Follower: wake everyone whose answer depends on roles (e.g. after fencing).
-    pub fn role_changed(&self) {
+    /// Wakes everyone whose answer depends on the role (after fencing).
+    fn role_changed(&self) {
         self.expire(Instant::now());
+        self.accepted_ev.notify();
         self.space_ev.notify();
         self.durable_ev.notify();
     }

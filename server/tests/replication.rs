@@ -133,7 +133,8 @@ fn leader_kill9_promote_follower_old_leader_is_fenced_then_rejoins() {
         .output()
         .unwrap();
     assert!(st.status.success(), "{}", String::from_utf8_lossy(&st.stderr));
-    assert!(String::from_utf8_lossy(&st.stdout).contains("epoch 2"));
+    // The leader's start made epoch 2 (accepted by the follower); promotion makes 3.
+    assert!(String::from_utf8_lossy(&st.stdout).contains("epoch 3"), "{}", String::from_utf8_lossy(&st.stdout));
     let (old, new) = (p.leader.ports, p.follower.ports);
     let mut new_leader = Node::new(
         "new-leader",
@@ -314,7 +315,8 @@ fn replication_links_with_a_wrong_certificate_shard_count_or_lower_epoch_are_ref
     wait_log(&l, "follower refused");
     l.kill9();
     f.kill9();
-    // Lower epoch: the follower has been promoted twice; the leader is at epoch 1.
+    // Lower epoch: the follower has been promoted twice (epoch 3); the leader starts at
+    // epoch 2 (its first start bumps the initial 1).
     let (lp, fp) = (ports(), ports());
     let fdata = dir.path().join("f3");
     let mut f = Node::new(
@@ -341,7 +343,7 @@ fn replication_links_with_a_wrong_certificate_shard_count_or_lower_epoch_are_ref
         Node::args(Mode::Leader { follower_repl: fp.repl }, &dir.path().join("l3"), lp, None, "", &[]),
     );
     l.start();
-    wait_log(&f, "stale epoch 1");
+    wait_log(&f, "stale epoch 2");
     wait_log(&l, "FENCED");
 }
 
@@ -390,11 +392,13 @@ fn a_follower_with_records_from_an_epoch_the_leader_never_saw_is_cut_back() {
     let rt = runtime();
     let acked = Acked::default();
     assert_eq!(rt.block_on(load(&a.addr(), &client_config(None), 4, 25, "common", &acked)), 0);
-    // B stops; A writes more at epoch 1 that B never gets.
+    // B stops; A writes more at its epoch 2 that B never gets.
     b.kill9();
     write_unacked(&a, 10);
     a.kill9();
-    // B is promoted to epoch 2 and writes records A never sees.
+    // B is promoted to epoch 3 and, run alone (standalone, a single copy), writes
+    // records at epoch 3 that A never sees. (As a replicated leader it could not: it
+    // writes nothing before its follower has accepted its epoch.)
     let promote = |d: &Path, e: Option<&str>| {
         let mut c = std::process::Command::new(BIN);
         c.args(["admin", "promote", "--data-dir"]).arg(d);
@@ -404,17 +408,12 @@ fn a_follower_with_records_from_an_epoch_the_leader_never_saw_is_cut_back() {
         assert!(c.status().unwrap().success());
     };
     promote(&db, None);
-    let mut b_lead = Node::new(
-        "b-lead",
-        db.clone(),
-        pb,
-        Node::args(Mode::Leader { follower_repl: pa.repl }, &db, pb, None, "", &fast),
-    );
-    b_lead.start();
-    write_unacked(&b_lead, 7);
-    b_lead.kill9();
-    // A is promoted above every epoch used (3) and leads; B rejoins as its follower.
-    promote(&da, Some("3"));
+    let mut b_alone = Node::new("b-alone", db.clone(), pb, Node::args(Mode::Standalone, &db, pb, None, "", &fast));
+    b_alone.start();
+    assert_eq!(rt.block_on(load(&b_alone.addr(), &client_config(None), 1, 7, "b-only", &Acked::default())), 0);
+    b_alone.kill9();
+    // A is promoted above every epoch used (4) and leads; B rejoins as its follower.
+    promote(&da, Some("4"));
     let mut a_lead = Node::new(
         "a-lead",
         da.clone(),
@@ -436,8 +435,8 @@ fn a_follower_with_records_from_an_epoch_the_leader_never_saw_is_cut_back() {
     leader.kill9();
     follower.kill9();
     let s = assert_same_logs(&leader.data, &follower.data);
-    // 100 common + 10 of A's epoch 1 + 20 at epoch 3; B's 7 epoch-2 records are gone.
+    // 100 common + 10 of A's epoch 2 + 20 at epoch 5; B's 7 epoch-3 records are gone.
     assert_eq!(s[0].0, 130, "{s:?}");
     assert!(follower.log_text().contains("dropped records"), "{}", follower.log_text());
-    drop((a, b, b_lead));
+    drop((a, b));
 }

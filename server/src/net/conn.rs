@@ -74,8 +74,8 @@ async fn read_loop(shard: &Rc<Shard>, rd: &mut tls_io::Reader, out: &Rc<ConnOut>
                         version: PROTOCOL_VERSION,
                         shard: shard.id(),
                         shard_count: shard.cfg.shard_count,
-                        role: shard.role.get(),
-                        epoch: shard.epoch.get(),
+                        role: shard.role(),
+                        epoch: shard.epoch(),
                     };
                     r.encode(req_id, &mut out.buf.borrow_mut());
                     out.wake.notify();

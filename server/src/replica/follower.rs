@@ -8,12 +8,11 @@ use std::path::PathBuf;
 use std::rc::Rc;
 use std::sync::Arc;
 
-use corelog_client::codec::{ErrorCode, Repl, Role, PROTOCOL_VERSION};
+use corelog_client::codec::{ErrorCode, Repl, Role, REPL_PROTOCOL_VERSION};
 use corelog_client::record;
 use glommio::net::{TcpListener, TcpStream};
 
 use super::{next_frame, parse};
-use crate::control;
 use crate::net::tls;
 use crate::net::tls_io::{self, Writer};
 use crate::shard::Shard;
@@ -25,7 +24,6 @@ pub async fn accept_loop(
     tls_cfg: Option<Arc<rustls::ServerConfig>>,
     shard_dir: PathBuf,
 ) {
-    // The newest leader connection wins; older ones stop applying.
     let generation = Rc::new(Cell::new(0u64));
     loop {
         let sock = match listener.accept().await {
@@ -36,7 +34,6 @@ pub async fn accept_loop(
                 continue;
             }
         };
-        generation.set(generation.get() + 1);
         let (shard, g, dir) = (shard.clone(), generation.clone(), shard_dir.clone());
         let t = tls::accept(&tls_cfg);
         glommio::spawn_local(async move {
@@ -64,7 +61,6 @@ async fn serve(
     gen: &Rc<Cell<u64>>,
     dir: &std::path::Path,
 ) -> Result<(), String> {
-    let my_gen = gen.get();
     let _ = sock.set_nodelay(true);
     let (mut rd, mut wr) = tls_io::establish_as(sock, t, "replication").await.map_err(|e| {
         shard.metrics.tls_failures.increment(1);
@@ -76,11 +72,11 @@ async fn serve(
         let Repl::Hello { version, shard: s, shard_count, epoch, .. } = parse(&f)? else {
             return Err(refuse(&mut wr, ErrorCode::BadHandshake, "first frame must be Hello".into()).await);
         };
-        if version != PROTOCOL_VERSION {
+        if version != REPL_PROTOCOL_VERSION {
             return Err(refuse(
                 &mut wr,
                 ErrorCode::BadVersion,
-                format!("replication protocol {version}, ours {PROTOCOL_VERSION}"),
+                format!("replication protocol {version}, ours {REPL_PROTOCOL_VERSION}"),
             )
             .await);
         }
@@ -89,7 +85,7 @@ async fn serve(
                 format!("peer shard {s}/{shard_count} does not match ours {}/{}", shard.id(), shard.cfg.shard_count);
             return Err(refuse(&mut wr, ErrorCode::BadHandshake, msg).await);
         }
-        let mine = shard.epoch.get();
+        let mine = shard.epoch();
         if epoch < mine {
             return Err(refuse(
                 &mut wr,
@@ -98,34 +94,32 @@ async fn serve(
             )
             .await);
         }
-        if shard.role.get() != Role::Follower {
-            if epoch > mine && shard.role.get() == Role::Leader {
-                eprintln!(
-                    "corelog: shard {}: FENCED: a leader with epoch {epoch} > ours {mine} dialled us",
-                    shard.id()
-                );
-                shard.role.set(Role::Fenced);
-                shard.role_changed();
+        if shard.role() != Role::Follower {
+            if epoch > mine {
+                shard.fence(&format!("a leader with epoch {epoch} > ours {mine} dialled us"));
             }
             return Err(refuse(
                 &mut wr,
                 ErrorCode::Unexpected,
-                format!("this node is not a follower ({})", shard.role.get().name()),
+                format!("this node is not a follower ({})", shard.role().name()),
             )
             .await);
         }
         epoch
     };
+    // The newest authenticated leader connection wins; older ones stop applying.
+    gen.set(gen.get() + 1);
+    let my_gen = gen.get();
     // Report a settled end: wait for batches of an earlier connection to hit the disk.
     while shard.assigned() != shard.log.next_offset() {
         shard.durable_ev.wait().await;
     }
     let mut out = Vec::new();
     Repl::Hello {
-        version: PROTOCOL_VERSION,
+        version: REPL_PROTOCOL_VERSION,
         shard: shard.id(),
         shard_count: shard.cfg.shard_count,
-        epoch: shard.epoch.get(),
+        epoch: shard.epoch(),
         next_offset: shard.log.next_offset(),
         last_epoch: shard.log.last_epoch(),
     }
@@ -142,11 +136,9 @@ async fn serve(
         if gen.get() != my_gen {
             return Err("superseded by a newer leader connection".into());
         }
-        if epoch > shard.epoch.get() {
-            control::write_epoch(dir, epoch)?;
-            shard.epoch.set(epoch);
-            eprintln!("corelog: shard {}: now at epoch {epoch}", shard.id());
-        }
+        // The epoch is durable before any cut or record of it: a leader whose epoch we
+        // accepted can never be outbid by a restarted incarnation of itself.
+        shard.adopt_epoch(dir, epoch)?;
         let truncate_to = truncate_to.min(shard.log.end_of_epoch(common_epoch));
         if truncate_to < shard.log.next_offset() {
             let before = shard.log.next_offset();
@@ -161,8 +153,12 @@ async fn serve(
         }
     }
     let start = shard.log.next_offset();
+    let (last_epoch, last_crc) = match start {
+        0 => (0, 0),
+        n => shard.log.record_id(n - 1).await.map_err(|e| format!("reading our last record {}: {e}", n - 1))?,
+    };
     out.clear();
-    Repl::Ack { next_offset: start }.encode(&mut out);
+    Repl::Joined { next_offset: start, last_epoch, last_crc }.encode(&mut out);
     wr.write(&out).await.map_err(|e| e.to_string())?;
     eprintln!("corelog: shard {}: following leader at epoch {leader_epoch} from offset {start}", shard.id());
     let done = Rc::new(Cell::new(false));
@@ -187,10 +183,12 @@ async fn apply(
             Some(f) => f,
             None => return Err("leader closed the link".into()),
         };
-        let Repl::Batch { epoch: be, first_offset, count, records } = parse(&f)? else {
-            return Err("expected Batch".into());
+        let (be, first_offset, count, records) = match parse(&f)? {
+            Repl::Batch { epoch, first_offset, count, records } => (epoch, first_offset, count, records),
+            Repl::Error { code, message } => return Err(format!("leader ended the link: error {code}: {message}")),
+            other => return Err(format!("expected Batch, got {other:?}")),
         };
-        if be != epoch || gen.get() != my_gen || shard.role.get() != Role::Follower {
+        if be != epoch || gen.get() != my_gen || shard.role() != Role::Follower {
             return Err(format!("stopping: batch epoch {be}, link epoch {epoch}, superseded {}", gen.get() != my_gen));
         }
         if first_offset != shard.assigned() {
@@ -205,7 +203,7 @@ async fn apply(
         record::verify_run(records, first_offset, count)
             .map_err(|e| format!("corrupt batch at {first_offset}: {e}"))?;
         shard.wait_stage_space(records.len()).await;
-        if gen.get() != my_gen || shard.role.get() != Role::Follower || first_offset != shard.assigned() {
+        if gen.get() != my_gen || shard.role() != Role::Follower || first_offset != shard.assigned() {
             return Err("superseded while waiting for room".into());
         }
         shard.stage_replicated(first_offset, count, records);

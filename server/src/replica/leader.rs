@@ -10,7 +10,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
-use corelog_client::codec::{ErrorCode, Repl, Role, PROTOCOL_VERSION};
+use corelog_client::codec::{ErrorCode, Repl, Role, REPL_PROTOCOL_VERSION};
 use corelog_client::record;
 use glommio::net::TcpStream;
 
@@ -33,7 +33,7 @@ pub async fn run(shard: Rc<Shard>, cfg: LinkConfig) {
     let mut backoff = Duration::from_millis(50);
     let mut last_err = String::new();
     loop {
-        if shard.role.get() != Role::Leader {
+        if shard.role() != Role::Leader {
             return;
         }
         match link_once(&shard, &cfg).await {
@@ -51,9 +51,7 @@ pub async fn run(shard: Rc<Shard>, cfg: LinkConfig) {
 }
 
 fn fence(shard: &Shard, why: &str) -> String {
-    eprintln!("corelog: shard {}: FENCED: {why}; refusing appends until restarted as follower", shard.id());
-    shard.role.set(Role::Fenced);
-    shard.role_changed();
+    shard.fence(why);
     format!("fenced: {why}")
 }
 
@@ -64,10 +62,10 @@ async fn link_once(shard: &Rc<Shard>, cfg: &LinkConfig) -> Result<(), String> {
     let t = tls::connect(&cfg.tls, &cfg.server_name)?;
     let (mut rd, mut wr) =
         tls_io::establish_as(sock, t, "replication").await.map_err(|e| format!("TLS handshake: {e}"))?;
-    let epoch = shard.epoch.get();
+    let epoch = shard.epoch();
     let mut out = Vec::new();
     Repl::Hello {
-        version: PROTOCOL_VERSION,
+        version: REPL_PROTOCOL_VERSION,
         shard: shard.id(),
         shard_count: shard.cfg.shard_count,
         epoch,
@@ -81,7 +79,7 @@ async fn link_once(shard: &Rc<Shard>, cfg: &LinkConfig) -> Result<(), String> {
         let f = next_frame(&mut rd, &mut used).await?.ok_or("follower closed during handshake")?;
         match parse(&f)? {
             Repl::Hello { version, shard: s, shard_count, epoch: fe, next_offset, last_epoch } => {
-                if version != PROTOCOL_VERSION || s != shard.id() || shard_count != shard.cfg.shard_count {
+                if version != REPL_PROTOCOL_VERSION || s != shard.id() || shard_count != shard.cfg.shard_count {
                     return Err(format!("follower mismatch: version {version}, shard {s}, shard count {shard_count}"));
                 }
                 if fe > epoch {
@@ -104,18 +102,27 @@ async fn link_once(shard: &Rc<Shard>, cfg: &LinkConfig) -> Result<(), String> {
     let start = {
         let f = next_frame(&mut rd, &mut used).await?.ok_or("follower closed during handshake")?;
         match parse(&f)? {
-            Repl::Ack { next_offset } if next_offset <= truncate_to => next_offset,
-            other => return Err(format!("expected Ack ≤ {truncate_to} after Welcome, got {other:?}")),
+            Repl::Joined { next_offset, last_epoch, last_crc } if next_offset <= truncate_to => {
+                if let Err(why) = same_last_record(shard, next_offset, last_epoch, last_crc).await {
+                    out.clear();
+                    Repl::Error { code: ErrorCode::Diverged as u16, message: &why }.encode(&mut out);
+                    let _ = wr.write(&out).await;
+                    wr.close().await;
+                    shard.metrics.diverged.increment(1);
+                    return Err(format!("DIVERGED: {why}; refusing the link (nothing is acknowledged)"));
+                }
+                next_offset
+            }
+            other => return Err(format!("expected Joined ≤ {truncate_to} after Welcome, got {other:?}")),
         }
     };
     eprintln!(
-        "corelog: shard {}: follower {} connected at offset {start} (leader at {}), epoch {epoch}",
+        "corelog: shard {}: follower {} joined at offset {start} (leader at {}), epoch {epoch}",
         shard.id(),
         cfg.peer,
         shard.log.next_offset()
     );
-    shard.follower_next.set(start);
-    shard.release();
+    shard.follower_joined(start);
     let dead = Rc::new(Cell::new(false));
     let acks = {
         let shard = shard.clone();
@@ -126,12 +133,7 @@ async fn link_once(shard: &Rc<Shard>, cfg: &LinkConfig) -> Result<(), String> {
                 loop {
                     let f = next_frame(&mut rd, &mut used).await?.ok_or("follower closed")?;
                     match parse(&f)? {
-                        Repl::Ack { next_offset } => {
-                            if next_offset > shard.follower_next.get() {
-                                shard.follower_next.set(next_offset);
-                                shard.release();
-                            }
-                        }
+                        Repl::Ack { next_offset } => shard.follower_acked(next_offset),
                         Repl::Error { code, message } if code == ErrorCode::Fenced as u16 => {
                             return Err(fence(&shard, message))
                         }
@@ -153,15 +155,34 @@ async fn link_once(shard: &Rc<Shard>, cfg: &LinkConfig) -> Result<(), String> {
     sent.and(acked)
 }
 
+/// The follower's last record (at `next - 1`) must be ours, byte for byte (its epoch and
+/// CRC; the CRC covers offset, epoch and payload). Logs that agree on their last common
+/// record agree on every record before it: each epoch has one writer (see `Shard`).
+async fn same_last_record(shard: &Shard, next: u64, epoch: u32, crc: u32) -> Result<(), String> {
+    if next == 0 {
+        return if (epoch, crc) == (0, 0) { Ok(()) } else { Err("empty follower log with a last record".into()) };
+    }
+    let ours = shard.log.record_id(next - 1).await.map_err(|e| format!("reading our record {}: {e}", next - 1))?;
+    if ours != (epoch, crc) {
+        return Err(format!(
+            "record {} differs: follower epoch {epoch} crc {crc:08x}, leader epoch {} crc {:08x}",
+            next - 1,
+            ours.0,
+            ours.1
+        ));
+    }
+    Ok(())
+}
+
 /// Streams records from `cursor` until the link dies or we stop leading.
 async fn ship(shard: &Rc<Shard>, wr: &mut Writer, mut cursor: u64, dead: &Cell<bool>) -> Result<(), String> {
     let mut out = Vec::with_capacity(CATCH_UP_CHUNK + 64);
     while !dead.get() {
-        if shard.role.get() != Role::Leader {
+        if shard.role() != Role::Leader {
             return Err("no longer leading".into());
         }
         out.clear();
-        let epoch = shard.epoch.get();
+        let epoch = shard.epoch();
         if let Some((first, count, recs, at)) = from_recent(shard, cursor) {
             Repl::Batch { epoch, first_offset: first, count, records: &recs[at..] }.encode(&mut out);
             cursor = first + count as u64;

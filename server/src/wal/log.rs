@@ -211,6 +211,18 @@ impl Log {
         Ok((out, count))
     }
 
+    /// The identity (epoch, CRC) of the record at `offset`, which must be below
+    /// `next_offset()`: what the replication handshake compares between two logs.
+    pub async fn record_id(&self, offset: u64) -> io::Result<(u32, u32)> {
+        let (recs, count) = self.read(offset, offset + 1, 1).await?;
+        let (r, _) = record::decode(&recs)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("record {offset}: {e}")))?;
+        if count != 1 || r.offset != offset {
+            return Err(io::Error::new(io::ErrorKind::InvalidData, format!("record {offset} not found")));
+        }
+        Ok((r.epoch, r.crc))
+    }
+
     /// Drops every record at or above `offset`, cutting at the start of the batch that
     /// holds it (never rewriting a block that stays). Returns the new end. Used when a
     /// former leader rejoins as a follower: what it drops was never acknowledged.

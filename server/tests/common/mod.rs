@@ -7,7 +7,7 @@ use std::io::Write;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -23,27 +23,26 @@ pub struct Ports {
     pub metrics: u16,
 }
 
-static NEXT_PORT: AtomicU16 = AtomicU16::new(0);
+static NEXT_PORT: AtomicU32 = AtomicU32::new(0);
 
 fn bindable(p: u16) -> bool {
     TcpListener::bind(("127.0.0.1", p)).is_ok()
 }
 
-/// Finds 24 consecutive free ports (client + 8 direct, repl + 8, metrics).
+/// Finds 24 consecutive free ports (client + 8 direct, repl + 8, metrics), from a
+/// per-process start in 20,000..60,000 (wrapping), so parallel test binaries rarely meet.
 pub fn ports() -> Ports {
-    let _ = NEXT_PORT.compare_exchange(
-        0,
-        20_000 + (std::process::id() % 400) as u16 * 100,
-        Ordering::SeqCst,
-        Ordering::SeqCst,
-    );
-    loop {
-        let base = NEXT_PORT.fetch_add(24, Ordering::SeqCst);
-        assert!(base < 60_000, "ran out of test ports");
+    const LO: u32 = 20_000;
+    const SPAN: u32 = 40_000;
+    let start = (std::process::id() % 400) * 100;
+    for _ in 0..SPAN / 24 {
+        let n = NEXT_PORT.fetch_add(24, Ordering::SeqCst);
+        let base = (LO + (start + n) % (SPAN - 24)) as u16;
         if (base..base + 24).all(bindable) {
             return Ports { client: base, repl: base + 10, metrics: base + 20 };
         }
     }
+    panic!("no 24 consecutive free ports in 20000..60000");
 }
 
 pub struct TempDir(pub PathBuf);
