@@ -12,7 +12,7 @@ use corelog_client::codec::{ErrorCode, Repl, Role, REPL_PROTOCOL_VERSION};
 use corelog_client::record;
 use glommio::net::{TcpListener, TcpStream};
 
-use super::{next_frame, parse};
+use super::{handshake, next_frame, parse};
 use crate::net::tls;
 use crate::net::tls_io::{self, Writer};
 use crate::shard::Shard;
@@ -139,7 +139,7 @@ async fn serve(
         // The epoch is durable before any cut or record of it: a leader whose epoch we
         // accepted can never be outbid by a restarted incarnation of itself.
         shard.adopt_epoch(dir, epoch)?;
-        let truncate_to = truncate_to.min(shard.log.end_of_epoch(common_epoch));
+        let truncate_to = shard.log.with_history(|h| handshake::follower_cut(h, truncate_to, common_epoch));
         if truncate_to < shard.log.next_offset() {
             let before = shard.log.next_offset();
             let end = shard

@@ -14,7 +14,7 @@ use corelog_client::codec::{ErrorCode, Repl, Role, REPL_PROTOCOL_VERSION};
 use corelog_client::record;
 use glommio::net::TcpStream;
 
-use super::{next_frame, parse};
+use super::{handshake, next_frame, parse};
 use crate::net::tls;
 use crate::net::tls_io::{self, Writer};
 use crate::shard::Shard;
@@ -94,8 +94,7 @@ async fn link_once(shard: &Rc<Shard>, cfg: &LinkConfig) -> Result<(), String> {
     };
     // Kafka-style divergence: the largest epoch we have that is not above the
     // follower's last; the follower also cuts at that epoch's end in its own log.
-    let common_epoch = shard.log.epoch_at_or_below(f_last_epoch);
-    let truncate_to = f_next.min(shard.log.end_of_epoch(common_epoch));
+    let (common_epoch, truncate_to) = shard.log.with_history(|h| handshake::welcome(h, f_next, f_last_epoch));
     out.clear();
     Repl::Welcome { epoch, truncate_to, common_epoch }.encode(&mut out);
     wr.write(&out).await.map_err(|e| e.to_string())?;
@@ -159,19 +158,11 @@ async fn link_once(shard: &Rc<Shard>, cfg: &LinkConfig) -> Result<(), String> {
 /// CRC; the CRC covers offset, epoch and payload). Logs that agree on their last common
 /// record agree on every record before it: each epoch has one writer (see `Shard`).
 async fn same_last_record(shard: &Shard, next: u64, epoch: u32, crc: u32) -> Result<(), String> {
-    if next == 0 {
-        return if (epoch, crc) == (0, 0) { Ok(()) } else { Err("empty follower log with a last record".into()) };
-    }
-    let ours = shard.log.record_id(next - 1).await.map_err(|e| format!("reading our record {}: {e}", next - 1))?;
-    if ours != (epoch, crc) {
-        return Err(format!(
-            "record {} differs: follower epoch {epoch} crc {crc:08x}, leader epoch {} crc {:08x}",
-            next - 1,
-            ours.0,
-            ours.1
-        ));
-    }
-    Ok(())
+    let ours = match next {
+        0 => None,
+        n => Some(shard.log.record_id(n - 1).await.map_err(|e| format!("reading our record {}: {e}", n - 1))?),
+    };
+    handshake::same_last_record(next, (epoch, crc), ours)
 }
 
 /// Streams records from `cursor` until the link dies or we stop leading.

@@ -9,7 +9,10 @@
 //! in-memory recent batches or, when the follower is further behind, from its segments.
 
 pub mod follower;
+pub mod handshake;
 pub mod leader;
+#[cfg(test)]
+mod model;
 
 use corelog_client::codec::{decode_frame, CodecError, Frame, Repl};
 

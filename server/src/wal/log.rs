@@ -15,6 +15,7 @@ use glommio::io::{DmaFile, OpenOptions};
 
 use super::batch::{self, BatchHeader, BATCH_HEADER_LEN};
 use super::recovery::{segment_name, sync_dir, BatchLoc, ShardScan};
+use crate::replica::handshake::History;
 
 struct Segment {
     first_offset: u64,
@@ -78,17 +79,17 @@ impl Log {
     }
 
     pub fn last_epoch(&self) -> u32 {
-        self.epochs.borrow().last().map(|e| e.0).unwrap_or(0)
+        self.with_history(|h| h.last_epoch())
+    }
+
+    /// The epoch history the replication handshake decides on.
+    pub fn with_history<R>(&self, f: impl FnOnce(&History) -> R) -> R {
+        f(&History { epochs: &self.epochs.borrow(), end: self.next_offset() })
     }
 
     /// First offset written under an epoch greater than `epoch`, or the log end.
     pub fn end_of_epoch(&self, epoch: u32) -> u64 {
-        self.epochs.borrow().iter().find(|(e, _)| *e > epoch).map(|(_, o)| *o).unwrap_or(self.next_offset())
-    }
-
-    /// The largest epoch in this log's history not above `epoch` (0 if none).
-    pub fn epoch_at_or_below(&self, epoch: u32) -> u32 {
-        self.epochs.borrow().iter().rev().find(|(e, _)| *e <= epoch).map(|(e, _)| *e).unwrap_or(0)
+        self.with_history(|h| h.end_of_epoch(epoch))
     }
 
     pub fn segment_count(&self) -> usize {
