@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import INFRA
+from conftest import INFRA, skip
 
 HARNESS = INFRA / "vm" / "run-in-vm.sh"
 GUESTS = INFRA / "tests" / "vm"
@@ -26,7 +26,7 @@ def run_vm(args, timeout=400):
     print(f"VM call took {elapsed:.1f}s, exit {r.returncode}")
     if r.returncode == SKIP_CODE:
         reason = [l for l in r.stderr.splitlines() if l.startswith("SKIP")]
-        pytest.skip(reason[-1] if reason else "run-in-vm.sh cannot run a VM here")
+        skip(reason[-1] if reason else "run-in-vm.sh cannot run a VM here")
     return r
 
 
@@ -64,7 +64,7 @@ def test_raid0_bootstrap_in_vm(tmp_path):
     tools = []
     for t in ("bash", "mdadm", "blkid", "mkfs.xfs", "mkfs.ext4"):
         if shutil.which(t) is None:
-            pytest.skip(f"{t} not installed on the host (infra/vm/setup.sh installs it)")
+            skip(f"{t} not installed on the host (infra/vm/setup.sh installs it)")
         tools += ["-f", t]
     t0 = time.monotonic()
     r = run_vm(["-m", "raid0,xfs,ext4", *tools,
@@ -80,7 +80,7 @@ def test_ktls_in_vm(tmp_path):
     """A dynamic ELF (libs copied by the harness) sets up kTLS on loopback with only `-m tls`."""
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None:
-        pytest.skip("no C compiler to build the kTLS probe")
+        skip("no C compiler to build the kTLS probe")
     probe = tmp_path / "ktls_probe"
     subprocess.run([cc, "-O2", "-o", str(probe), str(GUESTS / "ktls_probe.c")], check=True)
     r = run_vm(["-m", "tls", "-f", f"{probe}:/usr/local/bin/ktls_probe", "-t", "120",

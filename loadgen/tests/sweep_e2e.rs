@@ -14,7 +14,10 @@ use corelog_loadgen::sweep::SweepReport;
 #[test]
 fn sweep_over_several_processes_cross_checks_exactly() {
     let Some(bin) = server_bin() else {
-        eprintln!("SKIPPED: no corelog server binary next to the load generator (run `cargo build --release` first)");
+        common::skip(
+            "sweep_over_several_processes_cross_checks_exactly",
+            "no corelog server binary next to the load generator (run `cargo build --release` first)",
+        );
         return;
     };
     let dir = tempfile::tempdir().unwrap();

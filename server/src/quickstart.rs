@@ -189,12 +189,22 @@ pub fn run(a: Args) -> Result<(), String> {
         }
         records.push(count_records(&root.join(dir))?);
     }
+    let (l, f) = (root.join("leader"), root.join("follower"));
+    println!("quickstart: corelog inspect --compare {} {}:", l.display(), f.display());
+    let code = crate::inspect::compare(&l, &f);
+    if code != 0 {
+        return Err(format!(
+            "cross-check FAILED: the leader's and follower's logs differ (inspect --compare exited {code})"
+        ));
+    }
     if records.iter().any(|r| *r as f64 != acked) {
         return Err(format!(
             "cross-check FAILED: {acked} acknowledged, records on disk (leader, follower) = {records:?}"
         ));
     }
-    println!("quickstart: cross-check OK: {acked} acknowledged = records on the leader = records on the follower");
+    println!(
+        "quickstart: cross-check OK: {acked} acknowledged = records on the leader = records on the follower, record for record identical"
+    );
     println!("quickstart: data, certificates and logs are in {}", root.display());
     Ok(())
 }

@@ -184,7 +184,7 @@ fn a_data_dir_on_tmpfs_is_refused() {
         .lines()
         .any(|l| l.split_whitespace().nth(1) == Some("/dev/shm") && l.contains("tmpfs"));
     if !is_tmpfs {
-        eprintln!("SKIP a_data_dir_on_tmpfs_is_refused: /dev/shm is not a tmpfs mount on this machine");
+        skip("a_data_dir_on_tmpfs_is_refused", "/dev/shm is not a tmpfs mount on this machine");
         return;
     }
     let data = shm.join(format!("corelog-test-{}", std::process::id()));
@@ -216,7 +216,10 @@ fn a_write_error_stops_the_node_without_acknowledging() {
         && ok(Command::new("mkfs.ext4").args(["-q", "-F"]).arg(&img))
         && ok(Command::new("mount").args(["-o", "loop"]).arg(&img).arg(&mnt));
     if !made {
-        eprintln!("SKIP a_write_error_stops_the_node_without_acknowledging: cannot make and loop-mount a small ext4 (needs root, mkfs.ext4, loop devices)");
+        skip(
+            "a_write_error_stops_the_node_without_acknowledging",
+            "cannot make and loop-mount a small ext4 (needs root, mkfs.ext4, loop devices)",
+        );
         return;
     }
     struct Unmount(std::path::PathBuf);

@@ -26,6 +26,8 @@ use std::time::{Duration, Instant};
 
 use corelog_server::net::{ktls, tls, tls_io};
 
+mod common;
+
 fn pattern(n: usize, seed: u8) -> Vec<u8> {
     (0..n).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) ^ (i >> 8) as u8).collect()
 }
@@ -187,7 +189,7 @@ fn ktls_in_vm() {
         return; // already inside the VM
     }
     if std::env::var("CORELOG_SKIP_VM").is_ok_and(|v| v == "1") {
-        eprintln!("SKIP ktls_in_vm: CORELOG_SKIP_VM=1");
+        common::skip("ktls_in_vm", "CORELOG_SKIP_VM=1");
         return;
     }
     let root = repo_root();
@@ -210,7 +212,7 @@ fn ktls_in_vm() {
     let code = out.status.code().unwrap_or(-1);
     if code == 77 {
         let why = text.lines().find(|l| l.starts_with("SKIP")).unwrap_or("qemu or the Debian kernel is missing");
-        eprintln!("SKIP ktls_in_vm: {why}");
+        common::skip("ktls_in_vm", why);
         return;
     }
     let summary: Vec<&str> = text
