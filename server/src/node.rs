@@ -46,6 +46,7 @@ pub struct ServeConfig {
     pub segment_bytes: u64,
     pub ack_timeout: Duration,
     pub io_memory: usize,
+    pub repl_memory_bytes: usize,
 }
 
 #[derive(Clone, Debug)]
@@ -197,6 +198,7 @@ async fn start_shard(
         shard_count: cfg.shard_count,
         standalone: cfg.role == NodeRole::Standalone,
         ack_timeout: cfg.ack_timeout,
+        recent_bytes: cfg.repl_memory_bytes,
         leader_addr: cfg.leader_addr.clone(),
     };
     let metrics = ShardMetrics::new(id);

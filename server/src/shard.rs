@@ -36,7 +36,7 @@ use crate::wal::Log;
 pub const MAX_STAGED_BYTES: usize = 16 * 1024 * 1024;
 /// Appends accepted but not yet acknowledged, per shard.
 pub const MAX_UNACKED: usize = 128 * 1024;
-/// Recent batches kept in memory for the replication link.
+/// Recent batches kept in memory for the replication link (default of `recent_bytes`).
 pub const MAX_RECENT_BYTES: usize = 32 * 1024 * 1024;
 
 /// The outgoing side of one client connection: encoded responses in order.
@@ -98,6 +98,8 @@ pub struct ShardConfig {
     /// Acknowledge on local durability alone (no follower). Development/benchmark only.
     pub standalone: bool,
     pub ack_timeout: Duration,
+    /// Bytes of recent batches kept for the replication link (≥ 2 batches are kept).
+    pub recent_bytes: usize,
     /// Client address of the leader, for `NotLeader` answers on a follower.
     pub leader_addr: Option<String>,
 }
@@ -421,7 +423,7 @@ impl Shard {
         let mut recent = self.recent.borrow_mut();
         self.recent_bytes.set(self.recent_bytes.get() + r.records.len());
         recent.push_back(r);
-        while self.recent_bytes.get() > MAX_RECENT_BYTES && recent.len() > 2 {
+        while self.recent_bytes.get() > self.cfg.recent_bytes && recent.len() > 2 {
             let old = recent.pop_front().expect("len > 2");
             self.recent_bytes.set(self.recent_bytes.get() - old.records.len());
         }

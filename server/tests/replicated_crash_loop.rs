@@ -108,7 +108,9 @@ async fn connection(
 fn pair(dir: &TempDir) -> (Node, Node) {
     let (lp, fp) = (ports(), ports());
     let (ld, fd) = (dir.path().join("leader"), dir.path().join("follower"));
-    let extra = ["--shard-count", "2", "--ack-timeout-ms", "3000"];
+    // A small in-memory ring (256 KiB): a follower that fell behind is caught up from the
+    // segments as often as from memory, so both paths run under the faults.
+    let extra = ["--shard-count", "2", "--ack-timeout-ms", "3000", "--repl-memory-bytes", "262144"];
     let l = Node::new(
         "leader",
         ld.clone(),
@@ -256,6 +258,9 @@ fn run(kills: usize) {
         elapsed.as_secs_f64()
     );
     assert!(h.double_acks.is_empty(), "positions acknowledged twice: {:?}", h.double_acks);
+    let from_segments = leader.log_text().matches("catching the follower up from the segments").count();
+    eprintln!("catch-up from the segments (not the in-memory ring): {from_segments} times");
+    assert!(kills < 10 || from_segments > 0, "the segment catch-up path never ran");
     assert!(h.ok.len() as u64 > kills as u64 * 20, "the load made progress");
 
     // Both data dirs agree up to every acknowledged offset.

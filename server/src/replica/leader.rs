@@ -168,6 +168,7 @@ async fn same_last_record(shard: &Shard, next: u64, epoch: u32, crc: u32) -> Res
 /// Streams records from `cursor` until the link dies or we stop leading.
 async fn ship(shard: &Rc<Shard>, wr: &mut Writer, mut cursor: u64, dead: &Cell<bool>) -> Result<(), String> {
     let mut out = Vec::with_capacity(CATCH_UP_CHUNK + 64);
+    let mut from_segments = false;
     while !dead.get() {
         if shard.role() != Role::Leader {
             return Err("no longer leading".into());
@@ -178,6 +179,14 @@ async fn ship(shard: &Rc<Shard>, wr: &mut Writer, mut cursor: u64, dead: &Cell<b
             Repl::Batch { epoch, first_offset: first, count, records: &recs[at..] }.encode(&mut out);
             cursor = first + count as u64;
         } else if cursor < shard.log.next_offset() {
+            if !from_segments {
+                from_segments = true;
+                eprintln!(
+                    "corelog: shard {}: catching the follower up from the segments at offset {cursor} (not in the {} bytes of recent batches kept in memory)",
+                    shard.id(),
+                    shard.cfg.recent_bytes
+                );
+            }
             let (recs, count) = shard
                 .log
                 .read(cursor, shard.log.next_offset(), CATCH_UP_CHUNK)
