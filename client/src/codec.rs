@@ -27,6 +27,10 @@ pub const MAX_READ_BYTES: u32 = 1024 * 1024;
 pub const MAX_REPL_BATCH_BYTES: usize = 2 * 1024 * 1024;
 /// Largest whole frame, header included. Anything announcing more is refused unread.
 pub const MAX_FRAME: usize = MAX_REPL_BATCH_BYTES + 64;
+/// Largest frame a client may send: an `Append` of `MAX_PAYLOAD` bytes (the largest
+/// request). The client port refuses anything announcing more, unread.
+pub const MAX_REQUEST_FRAME: usize = FRAME_HEADER_LEN + MAX_PAYLOAD;
+const _: () = assert!(MAX_REQUEST_FRAME <= MAX_FRAME);
 
 /// Operation codes. Requests < 0x80 ≤ responses; replication frames 0x10..0x1F / 0x90..0x9F.
 pub mod op {
@@ -102,8 +106,8 @@ impl ErrorCode {
 pub enum CodecError {
     /// `len` smaller than op + req_id.
     FrameTooShort(u32),
-    /// `len` larger than `MAX_FRAME`.
-    FrameTooLarge(u32),
+    /// `len` larger than the bound in force (second field: the whole-frame bound).
+    FrameTooLarge(u32, usize),
     UnknownOpcode(u8),
     /// The body does not have the layout its opcode requires.
     BadBody {
@@ -117,7 +121,7 @@ impl CodecError {
     pub fn code(&self) -> ErrorCode {
         match self {
             CodecError::FrameTooShort(_) | CodecError::BadBody { .. } => ErrorCode::BadFrame,
-            CodecError::FrameTooLarge(_) | CodecError::PayloadTooLarge(_) => ErrorCode::TooLarge,
+            CodecError::FrameTooLarge(..) | CodecError::PayloadTooLarge(_) => ErrorCode::TooLarge,
             CodecError::UnknownOpcode(_) => ErrorCode::UnknownOpcode,
         }
     }
@@ -127,8 +131,8 @@ impl fmt::Display for CodecError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             CodecError::FrameTooShort(n) => write!(f, "frame length {n} below minimum 9"),
-            CodecError::FrameTooLarge(n) => {
-                write!(f, "frame length field {n} above maximum {} (frame {MAX_FRAME} bytes in all)", MAX_FRAME - 4)
+            CodecError::FrameTooLarge(n, max) => {
+                write!(f, "frame length field {n} above maximum {} (frame {max} bytes in all)", max - 4)
             }
             CodecError::UnknownOpcode(o) => write!(f, "unknown opcode 0x{o:02x}"),
             CodecError::BadBody { op, reason } => {
@@ -154,6 +158,13 @@ pub struct Frame<'a> {
 /// Cuts one frame from the front of `buf`. `Ok(None)`: need more bytes.
 /// On success returns the frame and the number of bytes it used.
 pub fn decode_frame(buf: &[u8]) -> Result<Option<(Frame<'_>, usize)>, CodecError> {
+    decode_frame_max(buf, MAX_FRAME)
+}
+
+/// `decode_frame` with a smaller bound on the whole frame (`max_frame ≤ MAX_FRAME`), e.g.
+/// `MAX_REQUEST_FRAME` on the client port.
+pub fn decode_frame_max(buf: &[u8], max_frame: usize) -> Result<Option<(Frame<'_>, usize)>, CodecError> {
+    debug_assert!(max_frame <= MAX_FRAME);
     if buf.len() < 4 {
         return Ok(None);
     }
@@ -161,8 +172,8 @@ pub fn decode_frame(buf: &[u8]) -> Result<Option<(Frame<'_>, usize)>, CodecError
     if (len as usize) < FRAME_HEADER_LEN - 4 {
         return Err(CodecError::FrameTooShort(len));
     }
-    if len as usize > MAX_FRAME - 4 {
-        return Err(CodecError::FrameTooLarge(len));
+    if len as usize > max_frame - 4 {
+        return Err(CodecError::FrameTooLarge(len, max_frame));
     }
     let total = 4 + len as usize;
     if buf.len() < total {
@@ -642,7 +653,15 @@ mod tests {
     fn bad_input_is_an_error_not_a_panic() {
         assert_eq!(decode_frame(&[1, 0, 0, 0, 2]), Err(CodecError::FrameTooShort(1)));
         let big = ((MAX_FRAME as u32) + 1).to_le_bytes();
-        assert!(matches!(decode_frame(&big), Err(CodecError::FrameTooLarge(_))));
+        assert!(matches!(decode_frame(&big), Err(CodecError::FrameTooLarge(..))));
+        // One byte above the largest request: refused on the client port only.
+        let mut req = vec![0u8; MAX_REQUEST_FRAME + 1];
+        req[0..4].copy_from_slice(&((MAX_REQUEST_FRAME - 3) as u32).to_le_bytes());
+        assert!(matches!(
+            decode_frame_max(&req, MAX_REQUEST_FRAME),
+            Err(CodecError::FrameTooLarge(_, MAX_REQUEST_FRAME))
+        ));
+        assert!(decode_frame(&req).unwrap().is_some());
         let mut out = Vec::new();
         Request::Read { shard: 0, from: 0, max_bytes: 1 }.encode(0, &mut out);
         out[4] = 0x7e;

@@ -162,6 +162,15 @@ struct ServeArgs {
     /// least 64 KiB; small values are for tests of the catch-up path).
     #[arg(long, default_value_t = corelog_server::shard::MAX_RECENT_BYTES as u64, value_parser = clap::value_parser!(u64).range(65536..))]
     repl_memory_bytes: u64,
+    /// A client or replication connection must finish its TLS handshake and send its
+    /// first frame (`Hello`) within this many milliseconds, or it is closed.
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
+    handshake_timeout_ms: u64,
+    /// Client connections this process keeps open at most (client port and direct ports,
+    /// all its shards); beyond it new ones are closed at once and counted in
+    /// corelog_connections_refused_total. Default: the open-file limit minus 1,024.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    max_connections: Option<u64>,
 }
 
 fn serve_config(a: ServeArgs) -> Result<ServeConfig, String> {
@@ -199,6 +208,8 @@ fn serve_config(a: ServeArgs) -> Result<ServeConfig, String> {
         segment_bytes: a.segment_bytes,
         ack_timeout: Duration::from_millis(a.ack_timeout_ms),
         io_memory: a.io_memory,
+        handshake_timeout: Duration::from_millis(a.handshake_timeout_ms),
+        max_connections: a.max_connections.map(|n| n as usize),
         repl_memory_bytes: usize::try_from(a.repl_memory_bytes).map_err(|e| format!("--repl-memory-bytes: {e}"))?,
     })
 }

@@ -24,6 +24,8 @@ pub struct ShardMetrics {
     pub ktls_active: Gauge,
     pub tls_failures: Counter,
     pub appends_held: Gauge,
+    pub handshake_timeouts: Counter,
+    pub connections_refused: Counter,
     pub diverged: Counter,
 }
 
@@ -44,6 +46,8 @@ impl ShardMetrics {
             ktls_active: gauge!("corelog_ktls_active", "shard" => s.clone()),
             tls_failures: counter!("corelog_tls_handshake_failures_total", "shard" => s.clone()),
             appends_held: gauge!("corelog_appends_held", "shard" => s.clone()),
+            handshake_timeouts: counter!("corelog_handshake_timeouts_total", "shard" => s.clone()),
+            connections_refused: counter!("corelog_connections_refused_total", "shard" => s.clone()),
             diverged: counter!("corelog_replication_diverged_total", "shard" => s),
         }
     }

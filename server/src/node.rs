@@ -47,6 +47,9 @@ pub struct ServeConfig {
     pub ack_timeout: Duration,
     pub io_memory: usize,
     pub repl_memory_bytes: usize,
+    pub handshake_timeout: Duration,
+    /// Client connections per process (None: RLIMIT_NOFILE − `listener::FD_RESERVE`).
+    pub max_connections: Option<usize>,
 }
 
 #[derive(Clone, Debug)]
@@ -97,12 +100,15 @@ pub fn serve(cfg: ServeConfig) -> Result<(), String> {
         None => None,
     };
     let ncpu = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let cap = listener::ConnCap::new(cfg.max_connections.unwrap_or_else(listener::ConnCap::default_max));
+    eprintln!("corelog: at most {} client connections in this process (--max-connections)", cap.max);
     let (tx, rx) = mpsc::channel::<Result<String, String>>();
     let mut joins = Vec::new();
     for &id in &cfg.shards {
         let cfg = cfg.clone();
         let tx = tx.clone();
         let (client_tls, repl_server, repl_client) = (client_tls.clone(), repl_server.clone(), repl_client.clone());
+        let cap = cap.clone();
         let ex = LocalExecutorBuilder::new(Placement::Fixed(id as usize % ncpu))
             .name(&format!("shard-{id}"))
             .io_memory(cfg.io_memory)
@@ -110,7 +116,7 @@ pub fn serve(cfg: ServeConfig) -> Result<(), String> {
             // cancel hash short (the default 128 cost ~2% CPU at 18k connections).
             .ring_depth(4096)
             .spawn(move || async move {
-                match start_shard(id, &cfg, client_tls, repl_server, repl_client).await {
+                match start_shard(id, &cfg, client_tls, repl_server, repl_client, cap).await {
                     Ok((shard, line)) => {
                         let _ = tx.send(Ok(line));
                         drop(tx);
@@ -160,6 +166,7 @@ async fn start_shard(
     client_tls: Option<Arc<rustls::ServerConfig>>,
     repl_server: Option<Arc<rustls::ServerConfig>>,
     repl_client: Option<Arc<rustls::ClientConfig>>,
+    cap: Arc<listener::ConnCap>,
 ) -> Result<(Rc<Shard>, String), String> {
     let dir = control::shard_dir(&cfg.data_dir, id);
     std::fs::create_dir_all(&dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
@@ -199,6 +206,7 @@ async fn start_shard(
         standalone: cfg.role == NodeRole::Standalone,
         ack_timeout: cfg.ack_timeout,
         recent_bytes: cfg.repl_memory_bytes,
+        handshake_timeout: cfg.handshake_timeout,
         leader_addr: cfg.leader_addr.clone(),
     };
     let metrics = ShardMetrics::new(id);
@@ -212,8 +220,8 @@ async fn start_shard(
     let direct_addr = port_plus(cfg.listen, 1 + id);
     let direct = listener::bind(direct_addr, false)
         .map_err(|e| format!("listen {direct_addr} (direct port of shard {id}): {e}"))?;
-    glommio::spawn_local(listener::accept_clients(shard.clone(), shared, client_tls.clone())).detach();
-    glommio::spawn_local(listener::accept_clients(shard.clone(), direct, client_tls)).detach();
+    glommio::spawn_local(listener::accept_clients(shard.clone(), shared, client_tls.clone(), cap.clone())).detach();
+    glommio::spawn_local(listener::accept_clients(shard.clone(), direct, client_tls, cap)).detach();
     if let Some(base) = cfg.repl_listen {
         let a = port_plus(base, id);
         let l = listener::bind(a, false).map_err(|e| format!("replication listen {a}: {e}"))?;

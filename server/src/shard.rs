@@ -6,9 +6,10 @@
 //! `follower_joined`, `follower_acked`).
 //!
 //! Epoch acceptance: a leader writes nothing in an epoch its follower has not accepted
-//! (persisted) in a handshake. Until then appends wait, at most `ack_timeout` after the
-//! shard started, and are then refused with `Unavailable` (nothing written). So every
-//! record of an epoch was written by the one incarnation whose epoch the follower
+//! (persisted) in a handshake. Until then appends are staged but the commit loop writes
+//! nothing; when the oldest staged append has waited `ack_timeout`, every staged append
+//! is answered `Unavailable` (nothing written) and its offsets are handed out again. So
+//! every record of an epoch was written by the one incarnation whose epoch the follower
 //! accepted, and a follower's records that its restarted leader never wrote are in an
 //! older epoch than anything that leader writes: the handshake cuts them.
 //!
@@ -100,6 +101,8 @@ pub struct ShardConfig {
     pub ack_timeout: Duration,
     /// Bytes of recent batches kept for the replication link (≥ 2 batches are kept).
     pub recent_bytes: usize,
+    /// TLS handshake + first frame (`Hello`) on client and replication connections.
+    pub handshake_timeout: Duration,
     /// Client address of the leader, for `NotLeader` answers on a follower.
     pub leader_addr: Option<String>,
 }
@@ -111,10 +114,6 @@ pub struct Shard {
     epoch: Cell<u32>,
     /// Leader: a follower has accepted `epoch` (always true for standalone/follower).
     accepted: Cell<bool>,
-    /// Leader: appends wait for acceptance until this instant, then are refused.
-    hold_until: Instant,
-    /// Appends waiting in `append` (for acceptance or for room under the bounds).
-    held: Cell<u64>,
     accepted_ev: Event,
     /// Next offset to assign (≥ log.next_offset()).
     next_assign: Cell<u64>,
@@ -155,13 +154,11 @@ impl Shard {
         let replicated_leader = role == Role::Leader && !cfg.standalone;
         Rc::new(Shard {
             commit_floor,
-            hold_until: Instant::now() + cfg.ack_timeout,
             cfg,
             log,
             role: Cell::new(role),
             epoch: Cell::new(epoch),
             accepted: Cell::new(!replicated_leader),
-            held: Cell::new(0),
             accepted_ev: Event::default(),
             next_assign: Cell::new(next),
             staged: Default::default(),
@@ -223,8 +220,9 @@ impl Shard {
         assert!(next <= self.log.next_offset(), "follower end {next} beyond our durable end");
         self.follower_next.set(next);
         if !self.accepted.get() {
-            eprintln!("corelog: shard {}: epoch {} accepted by the follower; taking appends", self.id(), self.epoch());
+            eprintln!("corelog: shard {}: epoch {} accepted by the follower; writing appends", self.id(), self.epoch());
             self.accepted.set(true);
+            self.metrics.appends_held.set(0.0);
             self.accepted_ev.notify();
         }
         self.release();
@@ -258,13 +256,6 @@ impl Shard {
 
     fn refuse(&self) -> Option<(ErrorCode, String)> {
         match self.role.get() {
-            Role::Leader if !self.accepted.get() && Instant::now() >= self.hold_until => Some((
-                ErrorCode::Unavailable,
-                format!(
-                    "not written: no follower has accepted this leader's epoch {} since it started",
-                    self.epoch.get()
-                ),
-            )),
             Role::Leader => None,
             Role::Follower => Some((ErrorCode::NotLeader, self.cfg.leader_addr.clone().unwrap_or_default())),
             Role::Fenced => {
@@ -277,13 +268,7 @@ impl Shard {
     /// pushed to `conn` once the record is durable on every replica (or fails).
     pub async fn append(&self, payload: &[u8], conn: &Rc<ConnOut>, req_id: u64) -> Result<(), (ErrorCode, String)> {
         let len = record::encoded_len(payload.len());
-        self.held.set(self.held.get() + 1);
-        self.metrics.appends_held.set(self.held.get() as f64);
-        let r = self.wait_writable(len).await;
-        self.held.set(self.held.get() - 1);
-        self.metrics.appends_held.set(self.held.get() as f64);
-        r?;
-        assert!(self.accepted.get(), "a leader stages records only in an accepted epoch");
+        self.wait_room(len).await?;
         let mut staged = self.staged.borrow_mut();
         let need_new = match staged.back() {
             None => true,
@@ -308,21 +293,19 @@ impl Shard {
         self.staged_bytes.set(self.staged_bytes.get() + len);
         self.unacked_count.set(self.unacked_count.get() + 1);
         drop(staged);
+        if !self.accepted.get() {
+            self.metrics.appends_held.set(self.unacked_count.get() as f64);
+        }
         self.staged_ev.notify();
         Ok(())
     }
 
-    /// Waits until an append of `len` encoded bytes may be staged: this leader's epoch is
-    /// accepted and there is room under the bounds. Errors when it may never be.
-    async fn wait_writable(&self, len: usize) -> Result<(), (ErrorCode, String)> {
+    /// Waits until an append of `len` encoded bytes fits under the bounds. Errors when
+    /// this node takes no appends.
+    async fn wait_room(&self, len: usize) -> Result<(), (ErrorCode, String)> {
         loop {
             if let Some(e) = self.refuse() {
                 return Err(e);
-            }
-            if !self.accepted.get() {
-                let left = self.hold_until.saturating_duration_since(Instant::now());
-                futures_lite::future::or(self.accepted_ev.wait(), glommio::timer::sleep(left)).await;
-                continue;
             }
             if self.staged_bytes.get() + len <= MAX_STAGED_BYTES && self.unacked_count.get() < MAX_UNACKED {
                 return Ok(());
@@ -381,6 +364,11 @@ impl Shard {
     /// The group-commit loop. Runs for the life of the shard.
     pub async fn commit_loop(self: Rc<Self>) {
         loop {
+            if !self.accepted.get() {
+                // A leader writes nothing before its follower accepted its epoch.
+                self.accepted_ev.wait().await;
+                continue;
+            }
             let next = self.staged.borrow_mut().pop_front();
             let Some(b) = next else {
                 self.staged_ev.wait().await;
@@ -469,6 +457,13 @@ impl Shard {
     pub fn expire(&self, now: Instant) {
         let deadline = self.cfg.ack_timeout;
         let leading = self.role.get() == Role::Leader;
+        if !self.accepted.get() {
+            let oldest = self.staged.borrow().front().map(|b| b.since);
+            if oldest.is_some_and(|t| !leading || now.duration_since(t) >= deadline) {
+                self.drop_staged();
+            }
+            return;
+        }
         let mut n = 0usize;
         let mut unacked = self.unacked.borrow_mut();
         while let Some(u) = unacked.front() {
@@ -493,6 +488,34 @@ impl Shard {
             self.metrics.errors.increment(n as u64);
             self.space_ev.notify();
         }
+    }
+
+    /// Before acceptance nothing was written: every staged append is answered
+    /// `Unavailable` and its offset is handed out again.
+    fn drop_staged(&self) {
+        assert!(!self.accepted.get(), "staged appends are dropped only before acceptance");
+        let staged: Vec<Staged> = self.staged.borrow_mut().drain(..).collect();
+        let Some(first) = staged.first().map(|b| b.first_offset) else { return };
+        assert_eq!(first, self.log.next_offset(), "nothing is written before acceptance");
+        let msg = format!(
+            "not written: no follower accepted this leader's epoch {} within {:?}",
+            self.epoch.get(),
+            self.cfg.ack_timeout
+        );
+        let mut n = 0;
+        for b in staged {
+            self.staged_bytes.set(self.staged_bytes.get() - b.records.len());
+            for w in b.waiters {
+                w.conn.inflight.set(w.conn.inflight.get() - 1);
+                w.conn.push_error(w.req_id, ErrorCode::Unavailable, &msg);
+                n += 1;
+            }
+        }
+        self.next_assign.set(first);
+        self.unacked_count.set(self.unacked_count.get() - n);
+        self.metrics.errors.increment(n as u64);
+        self.metrics.appends_held.set(0.0);
+        self.space_ev.notify();
     }
 
     /// Periodic deadline check (a bounded sweep every 100 ms).

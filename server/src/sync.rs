@@ -4,6 +4,17 @@ use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
+use std::time::Instant;
+
+/// Runs `f` until it completes (`Some`) or `at` passes (`None`; `f` is dropped).
+pub async fn deadline<F: Future>(at: Instant, f: F) -> Option<F::Output> {
+    let left = at.saturating_duration_since(Instant::now());
+    futures_lite::future::or(async { Some(f.await) }, async {
+        glommio::timer::sleep(left).await;
+        None
+    })
+    .await
+}
 
 /// A broadcast event: `wait()` completes after the next `notify()`.
 #[derive(Default)]

@@ -119,3 +119,45 @@ fn promote_and_verify(data: &Path, p: Ports, acked: &Acked) {
     verify_acked(acked, &[shard0]);
     promoted.kill9();
 }
+
+/// A leader whose follower has not accepted its epoch writes nothing: appends are
+/// answered `Unavailable` after `--ack-timeout-ms`, nothing reaches its log, and once
+/// the follower joins the next append gets offset 0 (the offsets were handed out again).
+#[test]
+fn a_leader_without_an_accepting_follower_writes_nothing_and_answers_unavailable() {
+    let dir = TempDir::new("hs-unavailable");
+    let extra = ["--shard-count", "1", "--ack-timeout-ms", "300"];
+    let (lp, fp) = (ports(), ports());
+    let (ld, fd) = (dir.path().join("leader"), dir.path().join("follower"));
+    let mut leader = node("leader", Mode::Leader { follower_repl: fp.repl }, &ld, lp, &extra);
+    let mut follower = node("follower", Mode::Follower { leader_client: lp.client }, &fd, fp, &extra);
+    leader.start();
+    let rt = runtime();
+    let cfg = client_config(None);
+    let c = rt.block_on(Client::connect(&leader.addr(), &cfg)).unwrap();
+    let pending: Vec<_> = (0..5)
+        .map(|i| {
+            let c = c.clone();
+            rt.spawn(async move { c.append(format!("never-{i}").as_bytes()).await })
+        })
+        .collect();
+    for p in pending {
+        let e = rt.block_on(p).unwrap().expect_err("no follower accepted the epoch");
+        assert_eq!(e.code(), Some(corelog_client::ErrorCode::Unavailable), "{e}");
+    }
+    assert_eq!(leader.metric_sum("corelog_log_end_offset"), 0.0);
+    assert_eq!(leader.metric_sum("corelog_appends_held"), 0.0);
+    follower.start();
+    let pos = rt.block_on(c.append(b"first")).unwrap();
+    assert_eq!(pos.offset, 0);
+    leader.kill9();
+    follower.kill9();
+    let records = rt.block_on(async {
+        let mut solo = node("solo", Mode::Standalone, &fd, ports(), &["--shard-count", "1"]);
+        solo.start();
+        let r = read_all(&solo.addr(), &cfg, 0).await;
+        solo.kill9();
+        r
+    });
+    assert_eq!(records.iter().map(|r| r.payload.clone()).collect::<Vec<_>>(), vec![b"first".to_vec()]);
+}

@@ -195,3 +195,94 @@ fn metrics_reflect_the_appends_made() {
     assert!(body.contains("corelog_appends_total{shard=\"0\"}") && body.contains("corelog_appends_total{shard=\"1\"}"));
     assert!(http_get(n.ports.metrics, "/health").unwrap().starts_with("HTTP/1.1 200"));
 }
+
+/// Connections that never finish the handshake are closed at `--handshake-timeout-ms`:
+/// a plain TCP connection that sends nothing to an mTLS node, a half-sent ClientHello,
+/// and (plaintext node) a connection that never sends `Hello` (answered `BadHandshake`).
+/// Real clients are served meanwhile.
+#[test]
+fn connections_that_never_finish_the_handshake_are_closed_at_the_deadline() {
+    let dir = TempDir::new("hs-deadline");
+    let certs = certs(dir.path());
+    let mut tls_node = node(&dir, Some(&certs), &["--handshake-timeout-ms", "500"]);
+    tls_node.start();
+    let silent = raw(&tls_node);
+    let mut half = raw(&tls_node);
+    half.write_all(&[0x16, 0x03, 0x01, 0x02, 0x00, 0x01]).unwrap(); // a ClientHello's first bytes
+    let rt = runtime();
+    let good = rt.block_on(Client::connect(&tls_node.addr(), &client_config(Some(&certs)))).unwrap();
+    for s in [silent, half] {
+        let mut s = s;
+        let mut buf = Vec::new();
+        // The read timeout (10 s) is far above the deadline: an error here means the
+        // server never closed the connection.
+        s.read_to_end(&mut buf).expect("the server closes a connection stuck in its TLS handshake");
+    }
+    rt.block_on(good.append(b"still served")).unwrap();
+    assert!(tls_node.metric_sum("corelog_handshake_timeouts_total") >= 2.0);
+    tls_node.kill9();
+
+    let dir2 = TempDir::new("hs-deadline-plain");
+    let mut plain = node(&dir2, None, &["--handshake-timeout-ms", "500"]);
+    plain.start();
+    let codes = error_codes_until_close(raw(&plain));
+    assert_eq!(codes, vec![ErrorCode::BadHandshake as u16]);
+    assert!(plain.metric_sum("corelog_handshake_timeouts_total") >= 1.0);
+}
+
+/// The client port refuses a frame larger than the largest request (an `Append` of
+/// 64 KiB) from its header alone, without waiting for the body.
+#[test]
+fn a_frame_above_the_largest_request_is_refused_unread() {
+    let dir = TempDir::new("req-limit");
+    let mut n = node(&dir, None, &[]);
+    n.start();
+    let mut s = raw(&n);
+    let mut f = hello();
+    f.extend_from_slice(&((codec::MAX_REQUEST_FRAME - 4 + 1) as u32).to_le_bytes());
+    f.push(codec::op::APPEND);
+    f.extend_from_slice(&7u64.to_le_bytes());
+    s.write_all(&f).unwrap(); // the header only: the body never comes
+    assert_eq!(error_codes_until_close(s), vec![ErrorCode::TooLarge as u16]);
+}
+
+/// Any byte after a `Tail` is answered with `Unexpected` (docs/protocol.md §5.5), the
+/// last frame before the close.
+#[test]
+fn a_byte_after_a_tail_is_answered_unexpected() {
+    let dir = TempDir::new("tail-unexpected");
+    let mut n = node(&dir, None, &["--shard-count", "1"]);
+    n.start();
+    let mut s = raw(&n);
+    let mut f = hello();
+    Request::Tail { shard: 0, from: 0 }.encode(2, &mut f);
+    s.write_all(&f).unwrap();
+    let rt = runtime();
+    let c = rt.block_on(Client::connect(&n.addr(), &ClientConfig::insecure())).unwrap();
+    rt.block_on(c.append(b"tailed")).unwrap();
+    s.write_all(&[0]).unwrap();
+    let codes = error_codes_until_close(s);
+    assert_eq!(codes, vec![ErrorCode::Unexpected as u16]);
+}
+
+/// More silent connections than `--max-connections`: the excess is closed at accept
+/// (counted), the held ones are closed at the handshake deadline, and a real mTLS client
+/// is served afterwards; the process never runs out of descriptors.
+#[test]
+fn silent_connections_beyond_the_cap_are_refused_and_real_clients_are_served_after() {
+    let dir = TempDir::new("conn-cap");
+    let certs = certs(dir.path());
+    let mut n = node(&dir, Some(&certs), &["--max-connections", "20", "--handshake-timeout-ms", "2000"]);
+    n.start();
+    let silent: Vec<TcpStream> = (0..30).map(|_| raw(&n)).collect();
+    for mut s in silent {
+        let mut buf = Vec::new();
+        s.read_to_end(&mut buf).expect("every silent connection is closed by the server");
+    }
+    assert_eq!(n.metric_sum("corelog_connections_refused_total"), 10.0);
+    assert_eq!(n.metric_sum("corelog_handshake_timeouts_total"), 20.0);
+    let rt = runtime();
+    let c = rt.block_on(Client::connect(&n.addr(), &client_config(Some(&certs)))).unwrap();
+    rt.block_on(c.append(b"served")).unwrap();
+    assert!(n.log_text().contains("at most 20 client connections"));
+}

@@ -297,6 +297,17 @@ fn run(kills: usize) {
         Node::args(Mode::Follower { leader_client: fp.client }, &ld, lp, None, "", &extra),
     );
     rejoined.start();
+    // It joins (each shard's epoch accepted) and catches up before the new load, so
+    // that the load's acknowledgements do not wait for a long catch-up.
+    let caught_up = |p: &Node, r: &Node| {
+        p.log_text().matches("accepted by the follower").count() == SHARDS as usize
+            && p.metric_sum("corelog_log_end_offset") == r.metric_sum("corelog_log_end_offset")
+    };
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !caught_up(&promoted, &rejoined) {
+        assert!(Instant::now() < deadline, "old leader did not rejoin:\n{}", rejoined.log_text());
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let after = Acked::default();
     assert_eq!(rt.block_on(load(&promoted.addr(), &cfg, 4, 25, "after-promotion", &after)), 0);
     let deadline = Instant::now() + Duration::from_secs(30);

@@ -6,13 +6,18 @@
 //! them. A `Tail` turns the connection into a push stream: nothing may follow it.
 //! Any malformed frame gets an `Error` frame and the connection is closed.
 
+use std::cell::Cell;
 use std::rc::Rc;
+use std::time::Instant;
 
-use corelog_client::codec::{self, decode_frame, ErrorCode, Request, Response, PROTOCOL_VERSION};
+use corelog_client::codec::{
+    self, decode_frame_max, ErrorCode, Request, Response, MAX_REQUEST_FRAME, PROTOCOL_VERSION,
+};
 use glommio::net::TcpStream;
 
 use super::tls_io::{self, Writer};
 use crate::shard::{ConnOut, Shard};
+use crate::sync::deadline;
 
 /// Appends one connection may have unanswered before we stop reading from it.
 pub const MAX_INFLIGHT_PER_CONN: u32 = 1024;
@@ -23,17 +28,24 @@ const TAIL_CHUNK: usize = 256 * 1024;
 
 pub async fn serve(shard: Rc<Shard>, sock: TcpStream, tls: Option<rustls::Connection>) {
     let _ = sock.set_nodelay(true);
-    let (mut rd, wr) = match tls_io::establish_as(sock, tls, "client").await {
-        Ok(x) => x,
-        Err(_) => {
+    // The TLS handshake and the first frame (`Hello`) must arrive by then: a silent or
+    // half-open connection cannot hold a socket and its buffers for ever.
+    let hello_by = Instant::now() + shard.cfg.handshake_timeout;
+    let (mut rd, wr) = match deadline(hello_by, tls_io::establish_as(sock, tls, "client")).await {
+        Some(Ok(x)) => x,
+        Some(Err(_)) => {
             shard.metrics.tls_failures.increment(1);
+            return;
+        }
+        None => {
+            shard.metrics.handshake_timeouts.increment(1);
             return;
         }
     };
     shard.metrics.connections.increment(1.0);
     let out = Rc::new(ConnOut::default());
     let writer = glommio::spawn_local(write_loop(out.clone(), wr));
-    let result = read_loop(&shard, &mut rd, &out).await;
+    let result = read_loop(&shard, &mut rd, &out, hello_by).await;
     if let Err((code, msg, req_id)) = result {
         out.push_error(req_id, code, &msg);
     }
@@ -45,12 +57,17 @@ pub async fn serve(shard: Rc<Shard>, sock: TcpStream, tls: Option<rustls::Connec
 
 type Fail = (ErrorCode, String, u64);
 
-async fn read_loop(shard: &Rc<Shard>, rd: &mut tls_io::Reader, out: &Rc<ConnOut>) -> Result<(), Fail> {
+async fn read_loop(
+    shard: &Rc<Shard>,
+    rd: &mut tls_io::Reader,
+    out: &Rc<ConnOut>,
+    hello_by: Instant,
+) -> Result<(), Fail> {
     let mut said_hello = false;
     loop {
         // Decode every whole frame in the buffer.
         loop {
-            let (frame, used) = match decode_frame(rd.data()) {
+            let (frame, used) = match decode_frame_max(rd.data(), MAX_REQUEST_FRAME) {
                 Ok(Some(x)) => x,
                 Ok(None) => break,
                 Err(e) => return Err((e.code(), e.to_string(), 0)),
@@ -115,22 +132,37 @@ async fn read_loop(shard: &Rc<Shard>, rd: &mut tls_io::Reader, out: &Rc<ConnOut>
                     if !rd.data().is_empty() {
                         return Err((ErrorCode::Unexpected, "no request may follow Tail".into(), req_id));
                     }
-                    let t = glommio::spawn_local(tail(shard.clone(), out.clone(), from, req_id));
+                    let stop = Rc::new(Cell::new(false));
+                    let t = glommio::spawn_local(tail(shard.clone(), out.clone(), from, req_id, stop.clone()));
                     // Anything after a Tail is a protocol error; a close ends the tail.
                     let r = match rd.fill().await {
                         Ok(true) => Err((ErrorCode::Unexpected, "no request may follow Tail".into(), req_id)),
                         _ => Ok(()),
                     };
-                    out.closed.set(true);
-                    out.wake.notify();
+                    // Stop the push stream first, so that the error (sent by the caller)
+                    // is the last frame of the connection.
+                    stop.set(true);
                     shard.durable_ev.notify();
+                    out.drained.notify();
                     t.await;
                     return r;
                 }
             }
             rd.consume(used);
         }
-        match rd.fill().await {
+        let filled = if said_hello {
+            rd.fill().await
+        } else {
+            match deadline(hello_by, rd.fill()).await {
+                Some(r) => r,
+                None => {
+                    shard.metrics.handshake_timeouts.increment(1);
+                    let msg = format!("no Hello within {:?} of connecting", shard.cfg.handshake_timeout);
+                    return Err((ErrorCode::BadHandshake, msg, 0));
+                }
+            }
+        };
+        match filled {
             Ok(true) => {}
             Ok(false) | Err(_) => return Ok(()),
         }
@@ -154,9 +186,9 @@ fn check_shard(shard: &Shard, s: u16, req_id: u64) -> Result<(), Fail> {
 
 /// Pushes committed records from `from` as they become durable, until the connection
 /// closes. Bounded by `MAX_OUT_BYTES` of unsent responses.
-async fn tail(shard: Rc<Shard>, out: Rc<ConnOut>, from: u64, req_id: u64) {
+async fn tail(shard: Rc<Shard>, out: Rc<ConnOut>, from: u64, req_id: u64, stop: Rc<Cell<bool>>) {
     let mut at = from.max(shard.log.first_offset());
-    while !out.closed.get() {
+    while !out.closed.get() && !stop.get() {
         if out.buf.borrow().len() >= MAX_OUT_BYTES {
             out.drained.wait().await;
             continue;

@@ -4,6 +4,7 @@
 use std::net::SocketAddr;
 use std::os::fd::{FromRawFd, IntoRawFd};
 use std::rc::Rc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -28,13 +29,73 @@ pub fn bind(addr: SocketAddr, reuse_port: bool) -> std::io::Result<TcpListener> 
     Ok(unsafe { TcpListener::from_raw_fd(sk.into_raw_fd()) })
 }
 
-/// Accepts client connections forever, one task each, on the calling executor.
-pub async fn accept_clients(shard: Rc<Shard>, listener: TcpListener, tls_cfg: Option<Arc<rustls::ServerConfig>>) {
+/// File descriptors kept free below RLIMIT_NOFILE by the default connection cap: segment
+/// files, listeners, replication links, metrics scrapes, rings.
+pub const FD_RESERVE: usize = 1024;
+
+/// The client connections of this process, across its executors. Touched only at accept
+/// and close, never per request.
+pub struct ConnCap {
+    open: AtomicUsize,
+    pub max: usize,
+}
+
+impl ConnCap {
+    pub fn new(max: usize) -> Arc<ConnCap> {
+        Arc::new(ConnCap { open: AtomicUsize::new(0), max })
+    }
+
+    /// The default: RLIMIT_NOFILE (soft) minus `FD_RESERVE`, at least 1.
+    pub fn default_max() -> usize {
+        let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        // SAFETY: getrlimit writes into the struct we own.
+        let nofile = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } == 0 { r.rlim_cur } else { 1024 };
+        (nofile as usize).saturating_sub(FD_RESERVE).max(1)
+    }
+
+    fn try_take(self: &Arc<Self>) -> Option<ConnSlot> {
+        let n = self.open.fetch_add(1, Ordering::Relaxed);
+        if n >= self.max {
+            self.open.fetch_sub(1, Ordering::Relaxed);
+            return None;
+        }
+        Some(ConnSlot(self.clone()))
+    }
+}
+
+/// One open client connection; released when dropped.
+pub struct ConnSlot(Arc<ConnCap>);
+
+impl Drop for ConnSlot {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Accepts client connections forever, one task each, on the calling executor. Beyond
+/// `cap` open connections in this process a new one is closed at once (counted), before
+/// any TLS work or buffer: the descriptors left are for replication and metrics.
+pub async fn accept_clients(
+    shard: Rc<Shard>,
+    listener: TcpListener,
+    tls_cfg: Option<Arc<rustls::ServerConfig>>,
+    cap: Arc<ConnCap>,
+) {
     loop {
         match listener.accept().await {
             Ok(sock) => {
+                let Some(slot) = cap.try_take() else {
+                    shard.metrics.connections_refused.increment(1);
+                    drop(sock);
+                    continue;
+                };
                 let t = tls::accept(&tls_cfg);
-                glommio::spawn_local(conn::serve(shard.clone(), sock, t)).detach();
+                let shard = shard.clone();
+                glommio::spawn_local(async move {
+                    conn::serve(shard, sock, t).await;
+                    drop(slot);
+                })
+                .detach();
             }
             Err(e) => {
                 // EMFILE and friends: say so, back off briefly, keep serving the others.

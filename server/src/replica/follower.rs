@@ -7,6 +7,7 @@ use std::cell::Cell;
 use std::path::PathBuf;
 use std::rc::Rc;
 use std::sync::Arc;
+use std::time::Instant;
 
 use corelog_client::codec::{ErrorCode, Repl, Role, REPL_PROTOCOL_VERSION};
 use corelog_client::record;
@@ -16,6 +17,7 @@ use super::{handshake, next_frame, parse};
 use crate::net::tls;
 use crate::net::tls_io::{self, Writer};
 use crate::shard::Shard;
+use crate::sync::deadline;
 use crate::wal::batch::{MAX_BATCH_BYTES, MAX_BATCH_RECORDS};
 
 pub async fn accept_loop(
@@ -62,13 +64,23 @@ async fn serve(
     dir: &std::path::Path,
 ) -> Result<(), String> {
     let _ = sock.set_nodelay(true);
-    let (mut rd, mut wr) = tls_io::establish_as(sock, t, "replication").await.map_err(|e| {
-        shard.metrics.tls_failures.increment(1);
-        format!("TLS handshake failed: {e}")
-    })?;
+    // TLS and the leader's Hello by then, or the connection is dropped unread.
+    let hello_by = Instant::now() + shard.cfg.handshake_timeout;
+    let timed_out = || {
+        shard.metrics.handshake_timeouts.increment(1);
+        format!("no TLS handshake and Hello within {:?}", shard.cfg.handshake_timeout)
+    };
+    let (mut rd, mut wr) =
+        deadline(hello_by, tls_io::establish_as(sock, t, "replication")).await.ok_or_else(timed_out)?.map_err(|e| {
+            shard.metrics.tls_failures.increment(1);
+            format!("TLS handshake failed: {e}")
+        })?;
     let mut used = 0;
     let leader_epoch = {
-        let f = next_frame(&mut rd, &mut used).await?.ok_or("closed before Hello")?;
+        let f = deadline(hello_by, next_frame(&mut rd, &mut used))
+            .await
+            .ok_or_else(timed_out)??
+            .ok_or("closed before Hello")?;
         let Repl::Hello { version, shard: s, shard_count, epoch, .. } = parse(&f)? else {
             return Err(refuse(&mut wr, ErrorCode::BadHandshake, "first frame must be Hello".into()).await);
         };

@@ -8,7 +8,7 @@ use std::cell::Cell;
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use corelog_client::codec::{ErrorCode, Repl, Role, REPL_PROTOCOL_VERSION};
 use corelog_client::record;
@@ -18,6 +18,7 @@ use super::{handshake, next_frame, parse};
 use crate::net::tls;
 use crate::net::tls_io::{self, Writer};
 use crate::shard::Shard;
+use crate::sync::deadline;
 
 /// Bytes per catch-up read from the segments.
 const CATCH_UP_CHUNK: usize = 1024 * 1024;
@@ -60,8 +61,14 @@ async fn link_once(shard: &Rc<Shard>, cfg: &LinkConfig) -> Result<(), String> {
         TcpStream::connect_timeout(cfg.peer, Duration::from_secs(2)).await.map_err(|e| format!("connect: {e}"))?;
     let _ = sock.set_nodelay(true);
     let t = tls::connect(&cfg.tls, &cfg.server_name)?;
-    let (mut rd, mut wr) =
-        tls_io::establish_as(sock, t, "replication").await.map_err(|e| format!("TLS handshake: {e}"))?;
+    // The whole handshake (TLS, Hello, Welcome, Joined) by then: a frozen or half-open
+    // follower cannot stall the link for ever; the link is retried with back-off.
+    let done_by = Instant::now() + shard.cfg.handshake_timeout;
+    let late = || format!("handshake not done within {:?}", shard.cfg.handshake_timeout);
+    let (mut rd, mut wr) = deadline(done_by, tls_io::establish_as(sock, t, "replication"))
+        .await
+        .ok_or_else(late)?
+        .map_err(|e| format!("TLS handshake: {e}"))?;
     let epoch = shard.epoch();
     let mut out = Vec::new();
     Repl::Hello {
@@ -76,7 +83,8 @@ async fn link_once(shard: &Rc<Shard>, cfg: &LinkConfig) -> Result<(), String> {
     wr.write(&out).await.map_err(|e| e.to_string())?;
     let mut used = 0;
     let (f_next, f_last_epoch) = {
-        let f = next_frame(&mut rd, &mut used).await?.ok_or("follower closed during handshake")?;
+        let f = deadline(done_by, next_frame(&mut rd, &mut used)).await.ok_or_else(late)??;
+        let f = f.ok_or("follower closed during handshake")?;
         match parse(&f)? {
             Repl::Hello { version, shard: s, shard_count, epoch: fe, next_offset, last_epoch } => {
                 if version != REPL_PROTOCOL_VERSION || s != shard.id() || shard_count != shard.cfg.shard_count {
@@ -99,7 +107,8 @@ async fn link_once(shard: &Rc<Shard>, cfg: &LinkConfig) -> Result<(), String> {
     Repl::Welcome { epoch, truncate_to, common_epoch }.encode(&mut out);
     wr.write(&out).await.map_err(|e| e.to_string())?;
     let start = {
-        let f = next_frame(&mut rd, &mut used).await?.ok_or("follower closed during handshake")?;
+        let f = deadline(done_by, next_frame(&mut rd, &mut used)).await.ok_or_else(late)??;
+        let f = f.ok_or("follower closed during handshake")?;
         match parse(&f)? {
             Repl::Joined { next_offset, last_epoch, last_crc } if next_offset <= truncate_to => {
                 if let Err(why) = same_last_record(shard, next_offset, last_epoch, last_crc).await {

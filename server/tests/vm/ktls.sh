@@ -53,7 +53,7 @@ healthy() { # port name pid
   done
   fail "$2 not healthy within 60 s"
 }
-links() { grep -c 'follower 127.0.0.1:96[0-9]* connected at offset' $W/leader.log; }
+links() { grep -c 'follower 127.0.0.1:96[0-9]* joined at offset' $W/leader.log; }
 wait_links() { # at least N link-up lines in the leader's log
   i=0
   while [ "$(links)" -lt "$1" ]; do
