@@ -109,8 +109,7 @@ fn compare(a: &Path, b: &Path) -> (i32, String) {
 /// Promotes the (stopped) follower, starts it as the only node, and reads back every
 /// acknowledged append from it, payload for payload.
 fn promote_and_verify(data: &Path, p: Ports, acked: &Acked) {
-    let st = std::process::Command::new(BIN).args(["admin", "promote", "--data-dir"]).arg(data).output().unwrap();
-    assert!(st.status.success(), "{}", String::from_utf8_lossy(&st.stderr));
+    promote(data, None);
     // As leader with no follower: reads are served up to the inherited history.
     let mut promoted = node("promoted", Mode::Leader { follower_repl: 1 }, data, p, &["--shard-count", "1"]);
     promoted.start();

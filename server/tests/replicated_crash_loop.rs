@@ -271,9 +271,7 @@ fn run(kills: usize) {
     }
 
     // Promote the follower; every acknowledged append reads back from it.
-    let st =
-        std::process::Command::new(BIN).args(["admin", "promote", "--data-dir"]).arg(&follower.data).output().unwrap();
-    assert!(st.status.success(), "{}", String::from_utf8_lossy(&st.stderr));
+    promote(&follower.data, None);
     let (lp, fp) = (leader.ports, follower.ports);
     let extra = ["--shard-count", "2"];
     let fd = follower.data.clone();

@@ -127,14 +127,9 @@ fn leader_kill9_promote_follower_old_leader_is_fenced_then_rejoins() {
     rt.block_on(loader).unwrap();
     // Promote the follower (offline) and restart it as leader, pointing at the old one.
     p.follower.kill9();
-    let st = std::process::Command::new(BIN)
-        .args(["admin", "promote", "--data-dir"])
-        .arg(&p.follower.data)
-        .output()
-        .unwrap();
-    assert!(st.status.success(), "{}", String::from_utf8_lossy(&st.stderr));
+    let out = promote(&p.follower.data, None);
     // The leader's start made epoch 2 (accepted by the follower); promotion makes 3.
-    assert!(String::from_utf8_lossy(&st.stdout).contains("epoch 3"), "{}", String::from_utf8_lossy(&st.stdout));
+    assert!(out.contains("epoch 3"), "{out}");
     let (old, new) = (p.leader.ports, p.follower.ports);
     let mut new_leader = Node::new(
         "new-leader",
@@ -328,12 +323,7 @@ fn replication_links_with_a_wrong_certificate_shard_count_or_lower_epoch_are_ref
     f.start();
     f.kill9();
     for _ in 0..2 {
-        assert!(std::process::Command::new(BIN)
-            .args(["admin", "promote", "--data-dir"])
-            .arg(&fdata)
-            .status()
-            .unwrap()
-            .success());
+        promote(&fdata, None);
     }
     f.start();
     let mut l = Node::new(
@@ -399,14 +389,6 @@ fn a_follower_with_records_from_an_epoch_the_leader_never_saw_is_cut_back() {
     // B is promoted to epoch 3 and, run alone (standalone, a single copy), writes
     // records at epoch 3 that A never sees. (As a replicated leader it could not: it
     // writes nothing before its follower has accepted its epoch.)
-    let promote = |d: &Path, e: Option<&str>| {
-        let mut c = std::process::Command::new(BIN);
-        c.args(["admin", "promote", "--data-dir"]).arg(d);
-        if let Some(e) = e {
-            c.args(["--epoch", e]);
-        }
-        assert!(c.status().unwrap().success());
-    };
     promote(&db, None);
     let mut b_alone = Node::new("b-alone", db.clone(), pb, Node::args(Mode::Standalone, &db, pb, None, "", &fast));
     b_alone.start();

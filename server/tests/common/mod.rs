@@ -359,3 +359,16 @@ pub fn skip(test: &str, why: &str) {
     }
     eprintln!("SKIP {test}: {why}");
 }
+
+/// `corelog admin promote --data-dir DATA [--epoch E]` on a stopped node; panics unless it
+/// succeeds. Returns its stdout ("promoted …: epoch N; …").
+pub fn promote(data: &Path, epoch: Option<&str>) -> String {
+    let mut c = Command::new(BIN);
+    c.args(["admin", "promote", "--data-dir"]).arg(data);
+    if let Some(e) = epoch {
+        c.args(["--epoch", e]);
+    }
+    let o = c.output().unwrap();
+    assert!(o.status.success(), "admin promote {}: {}", data.display(), String::from_utf8_lossy(&o.stderr));
+    String::from_utf8_lossy(&o.stdout).to_string()
+}
