@@ -1,7 +1,8 @@
 //! `corelog certs --out DIR`: a development CA plus ECDSA P-256 certificates for the
 //! leader node (`server`), the follower node and a client. Keys are written mode 0600.
 //! Node certificates carry both serverAuth and clientAuth (a node is dialled on its
-//! client and replication ports and dials its peer when it leads).
+//! client and replication ports and dials its peer when it leads). Leaf certificates carry
+//! Authority and Subject Key Identifiers (`openssl verify -x509_strict` accepts them).
 
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
@@ -44,6 +45,10 @@ pub fn generate(out: &Path, names: &[String]) -> Result<(), String> {
         p.distinguished_name.push(DnType::CommonName, cn);
         p.extended_key_usages = eku;
         p.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        // Authority Key Identifier (RFC 5280 4.2.1.1): strict validators reject a chain
+        // without it. ExplicitNoCa adds the Subject Key Identifier and CA:FALSE.
+        p.use_authority_key_identifier_extension = true;
+        p.is_ca = IsCa::ExplicitNoCa;
         let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).map_err(err)?;
         let cert = p.signed_by(&key, &ca_cert, &ca_key).map_err(err)?;
         write(&out.join(format!("{name}.pem")), &cert.pem(), false)?;

@@ -286,3 +286,33 @@ fn silent_connections_beyond_the_cap_are_refused_and_real_clients_are_served_aft
     rt.block_on(c.append(b"served")).unwrap();
     assert!(n.log_text().contains("at most 20 client connections"));
 }
+
+/// `corelog certs` output passes a strict RFC 5280 check: `openssl verify -x509_strict`
+/// (which requires the Authority Key Identifier) and both key identifiers are present.
+#[test]
+fn generated_certificates_pass_a_strict_rfc5280_verification() {
+    let dir = TempDir::new("certs-strict");
+    let certs = certs(dir.path());
+    if std::process::Command::new("openssl").arg("version").output().is_err() {
+        skip("generated_certificates_pass_a_strict_rfc5280_verification", "no openssl binary");
+        return;
+    }
+    for leaf in ["server", "follower", "client"] {
+        let pem = certs.join(format!("{leaf}.pem"));
+        let v = std::process::Command::new("openssl")
+            .args(["verify", "-x509_strict", "-CAfile"])
+            .arg(certs.join("ca.pem"))
+            .arg(&pem)
+            .output()
+            .unwrap();
+        let out = format!("{}{}", String::from_utf8_lossy(&v.stdout), String::from_utf8_lossy(&v.stderr));
+        assert!(v.status.success() && out.contains(": OK"), "{leaf}: {out}");
+        let t =
+            std::process::Command::new("openssl").args(["x509", "-noout", "-text", "-in"]).arg(&pem).output().unwrap();
+        let text = String::from_utf8_lossy(&t.stdout);
+        assert!(
+            text.contains("Authority Key Identifier") && text.contains("Subject Key Identifier"),
+            "{leaf}:\n{text}"
+        );
+    }
+}
