@@ -123,8 +123,9 @@ pub struct Shard {
     unacked_count: Cell<usize>,
     /// Follower's durable end as last acknowledged to us (leader only).
     follower_next: Cell<u64>,
-    /// Leader only: records below the first offset of the current epoch are history
-    /// this leader inherited (a promoted follower's log): committed without an ack.
+    /// Leader only: records below this offset are history a promoted node inherited
+    /// (its log at `admin promote`, format.md §1 `promoted-epoch`): committed without an
+    /// ack. 0 for a node never promoted.
     commit_floor: u64,
     pub recent: RefCell<VecDeque<Recent>>,
     recent_bytes: Cell<usize>,
