@@ -41,6 +41,7 @@ pub mod op {
     pub const REPL_HELLO: u8 = 0x10;
     pub const REPL_ACK: u8 = 0x11;
     pub const REPL_JOINED: u8 = 0x12;
+    pub const REPL_PING: u8 = 0x13;
     pub const HELLO_OK: u8 = 0x81;
     pub const APPENDED: u8 = 0x82;
     pub const RECORDS: u8 = 0x83;
@@ -504,6 +505,9 @@ pub enum Repl<'a> {
         last_epoch: u32,
         last_crc: u32,
     },
+    /// Leader → follower when it has shipped nothing for a while: the follower answers
+    /// with an `Ack` of its durable end. Either side drops a link silent for too long.
+    Ping,
     Error {
         code: u16,
         message: &'a str,
@@ -536,6 +540,7 @@ impl<'a> Repl<'a> {
                 return Ok(Repl::Batch { epoch, first_offset, count, records: b.rest });
             }
             op::REPL_ACK => Repl::Ack { next_offset: b.u64()? },
+            op::REPL_PING => Repl::Ping,
             op::REPL_JOINED => Repl::Joined { next_offset: b.u64()?, last_epoch: b.u32()?, last_crc: b.u32()? },
             op::ERROR => parse_error(&mut b)?,
             o => return Err(CodecError::UnknownOpcode(o)),
@@ -583,6 +588,10 @@ impl<'a> Repl<'a> {
                 out.extend_from_slice(&next_offset.to_le_bytes());
                 out.extend_from_slice(&last_epoch.to_le_bytes());
                 out.extend_from_slice(&last_crc.to_le_bytes());
+                finish_frame(out, at);
+            }
+            Repl::Ping => {
+                let at = begin_frame(out, op::REPL_PING, 0);
                 finish_frame(out, at);
             }
             Repl::Error { code, message } => encode_error(0, *code, message, out),
@@ -639,6 +648,7 @@ mod tests {
             Repl::Batch { epoch: 3, first_offset: 10, count: 1, records: b"xyz" },
             Repl::Ack { next_offset: 11 },
             Repl::Joined { next_offset: 11, last_epoch: 3, last_crc: 0xdead_beef },
+            Repl::Ping,
             Repl::Error { code: 10, message: "stale epoch" },
         ];
         for r in rs {

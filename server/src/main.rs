@@ -171,6 +171,10 @@ struct ServeArgs {
     /// corelog_connections_refused_total. Default: the open-file limit minus 1,024.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     max_connections: Option<u64>,
+    /// A replication link on which nothing arrives for this many milliseconds is dropped
+    /// (leader and follower); an idle leader pings every fifth of it, the follower acks.
+    #[arg(long, default_value_t = 5_000, value_parser = clap::value_parser!(u64).range(100..))]
+    repl_timeout_ms: u64,
 }
 
 fn serve_config(a: ServeArgs) -> Result<ServeConfig, String> {
@@ -210,6 +214,7 @@ fn serve_config(a: ServeArgs) -> Result<ServeConfig, String> {
         io_memory: a.io_memory,
         handshake_timeout: Duration::from_millis(a.handshake_timeout_ms),
         max_connections: a.max_connections.map(|n| n as usize),
+        repl_timeout: Duration::from_millis(a.repl_timeout_ms),
         repl_memory_bytes: usize::try_from(a.repl_memory_bytes).map_err(|e| format!("--repl-memory-bytes: {e}"))?,
     })
 }

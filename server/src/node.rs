@@ -50,6 +50,7 @@ pub struct ServeConfig {
     pub handshake_timeout: Duration,
     /// Client connections per process (None: RLIMIT_NOFILE − `listener::FD_RESERVE`).
     pub max_connections: Option<usize>,
+    pub repl_timeout: Duration,
 }
 
 #[derive(Clone, Debug)]
@@ -207,6 +208,7 @@ async fn start_shard(
         ack_timeout: cfg.ack_timeout,
         recent_bytes: cfg.repl_memory_bytes,
         handshake_timeout: cfg.handshake_timeout,
+        repl_timeout: cfg.repl_timeout,
         leader_addr: cfg.leader_addr.clone(),
     };
     let metrics = ShardMetrics::new(id);

@@ -103,6 +103,9 @@ pub struct ShardConfig {
     pub recent_bytes: usize,
     /// TLS handshake + first frame (`Hello`) on client and replication connections.
     pub handshake_timeout: Duration,
+    /// A replication link on which nothing arrived for this long is dropped (either
+    /// side); an idle leader pings every fifth of it.
+    pub repl_timeout: Duration,
     /// Client address of the leader, for `NotLeader` answers on a follower.
     pub leader_addr: Option<String>,
 }

@@ -422,3 +422,37 @@ fn a_follower_with_records_from_an_epoch_the_leader_never_saw_is_cut_back() {
     assert!(follower.log_text().contains("dropped records"), "{}", follower.log_text());
     drop((a, b));
 }
+
+fn signal(n: &Node, sig: i32) {
+    let pid = n.child.as_ref().expect("running").id() as i32;
+    // SAFETY: a signal to our own child process.
+    assert_eq!(unsafe { libc::kill(pid, sig) }, 0);
+}
+
+/// A frozen peer (SIGSTOP: its kernel still ACKs TCP, so only the application notices)
+/// is detected within `--repl-timeout-ms` on both sides: the leader drops the link to a
+/// frozen follower, the follower drops the link of a frozen leader; after SIGCONT the
+/// link comes back and acknowledgements resume.
+#[test]
+fn a_frozen_peer_is_detected_within_the_replication_timeout() {
+    let dir = TempDir::new("repl-liveness");
+    let fast = ["--repl-timeout-ms", "1000", "--handshake-timeout-ms", "1000", "--shard-count", "1"];
+    let mut p = pair(&dir, None, &fast);
+    p.follower.start();
+    p.leader.start();
+    let rt = runtime();
+    let cfg = client_config(None);
+    let acked = Acked::default();
+    assert_eq!(rt.block_on(load(&p.leader.addr(), &cfg, 2, 10, "before", &acked)), 0);
+    signal(&p.follower, libc::SIGSTOP);
+    wait_log(&p.leader, "follower silent for 1s: dropping the link");
+    signal(&p.follower, libc::SIGCONT);
+    assert_eq!(rt.block_on(load(&p.leader.addr(), &cfg, 2, 10, "after-follower", &acked)), 0);
+    signal(&p.leader, libc::SIGSTOP);
+    wait_log(&p.follower, "leader silent for 1s: dropping the link");
+    signal(&p.leader, libc::SIGCONT);
+    assert_eq!(rt.block_on(load(&p.leader.addr(), &cfg, 2, 10, "after-leader", &acked)), 0);
+    wait_caught_up(&p, Duration::from_secs(20));
+    let shards = vec![rt.block_on(read_all(&p.follower.addr(), &cfg, 0))];
+    verify_acked(&acked, &shards);
+}

@@ -174,8 +174,9 @@ async fn serve(
     wr.write(&out).await.map_err(|e| e.to_string())?;
     eprintln!("corelog: shard {}: following leader at epoch {leader_epoch} from offset {start}", shard.id());
     let done = Rc::new(Cell::new(false));
-    let acker = glommio::spawn_local(ack_loop(shard.clone(), wr, start, done.clone()));
-    let r = apply(shard, &mut rd, &mut used, leader_epoch, gen, my_gen).await;
+    let pinged = Rc::new(Cell::new(false));
+    let acker = glommio::spawn_local(ack_loop(shard.clone(), wr, start, done.clone(), pinged.clone()));
+    let r = apply(shard, &mut rd, &mut used, leader_epoch, gen, my_gen, &pinged).await;
     done.set(true);
     shard.durable_ev.notify();
     acker.await;
@@ -189,14 +190,21 @@ async fn apply(
     epoch: u32,
     gen: &Cell<u64>,
     my_gen: u64,
+    pinged: &Cell<bool>,
 ) -> Result<(), String> {
     loop {
-        let f = match next_frame(rd, used).await? {
-            Some(f) => f,
-            None => return Err("leader closed the link".into()),
-        };
+        let silent = Instant::now() + shard.cfg.repl_timeout;
+        let f = deadline(silent, next_frame(rd, used))
+            .await
+            .ok_or_else(|| format!("leader silent for {:?}: dropping the link", shard.cfg.repl_timeout))??;
+        let Some(f) = f else { return Err("leader closed the link".into()) };
         let (be, first_offset, count, records) = match parse(&f)? {
             Repl::Batch { epoch, first_offset, count, records } => (epoch, first_offset, count, records),
+            Repl::Ping => {
+                pinged.set(true);
+                shard.durable_ev.notify();
+                continue;
+            }
             Repl::Error { code, message } => return Err(format!("leader ended the link: error {code}: {message}")),
             other => return Err(format!("expected Batch, got {other:?}")),
         };
@@ -223,11 +231,11 @@ async fn apply(
 }
 
 /// Acks the durable end whenever it advances.
-async fn ack_loop(shard: Rc<Shard>, mut wr: Writer, mut acked: u64, done: Rc<Cell<bool>>) {
+async fn ack_loop(shard: Rc<Shard>, mut wr: Writer, mut acked: u64, done: Rc<Cell<bool>>, pinged: Rc<Cell<bool>>) {
     let mut out = Vec::with_capacity(32);
     while !done.get() {
         let end = shard.log.next_offset();
-        if end > acked {
+        if end > acked || pinged.replace(false) {
             out.clear();
             Repl::Ack { next_offset: end }.encode(&mut out);
             if wr.write(&out).await.is_err() {

@@ -139,7 +139,11 @@ async fn link_once(shard: &Rc<Shard>, cfg: &LinkConfig) -> Result<(), String> {
             let mut used = used;
             let r: Result<(), String> = async {
                 loop {
-                    let f = next_frame(&mut rd, &mut used).await?.ok_or("follower closed")?;
+                    let silent = Instant::now() + shard.cfg.repl_timeout;
+                    let f = deadline(silent, next_frame(&mut rd, &mut used)).await.ok_or_else(|| {
+                        format!("follower silent for {:?}: dropping the link", shard.cfg.repl_timeout)
+                    })??;
+                    let f = f.ok_or("follower closed")?;
                     match parse(&f)? {
                         Repl::Ack { next_offset } => shard.follower_acked(next_offset),
                         Repl::Error { code, message } if code == ErrorCode::Fenced as u16 => {
@@ -207,8 +211,13 @@ async fn ship(shard: &Rc<Shard>, wr: &mut Writer, mut cursor: u64, dead: &Cell<b
             Repl::Batch { epoch, first_offset: cursor, count, records: &recs }.encode(&mut out);
             cursor += count as u64;
         } else {
-            shard.shipped_ev.wait().await;
-            continue;
+            // Idle: a Ping every fifth of the link timeout keeps the follower's Acks
+            // (and so our view of its liveness) coming.
+            let ping_at = Instant::now() + shard.cfg.repl_timeout / 5;
+            if deadline(ping_at, shard.shipped_ev.wait()).await.is_some() {
+                continue;
+            }
+            Repl::Ping.encode(&mut out);
         }
         wr.write(&out).await.map_err(|e| format!("send: {e}"))?;
     }
