@@ -126,12 +126,6 @@ fn pair(dir: &TempDir) -> (Node, Node) {
     (l, f)
 }
 
-fn signal(n: &Node, sig: i32) {
-    let pid = n.child.as_ref().expect("running").id() as i32;
-    // SAFETY: a signal to our own child process.
-    assert_eq!(unsafe { libc::kill(pid, sig) }, 0, "kill({pid}, {sig})");
-}
-
 fn ms(rng: &mut impl Rng, lo: u64, hi: u64) -> Duration {
     Duration::from_millis(rng.gen_range(lo..hi))
 }

@@ -423,12 +423,6 @@ fn a_follower_with_records_from_an_epoch_the_leader_never_saw_is_cut_back() {
     drop((a, b));
 }
 
-fn signal(n: &Node, sig: i32) {
-    let pid = n.child.as_ref().expect("running").id() as i32;
-    // SAFETY: a signal to our own child process.
-    assert_eq!(unsafe { libc::kill(pid, sig) }, 0);
-}
-
 /// A frozen peer (SIGSTOP: its kernel still ACKs TCP, so only the application notices)
 /// is detected within `--repl-timeout-ms` on both sides: the leader drops the link to a
 /// frozen follower, the follower drops the link of a frozen leader; after SIGCONT the

@@ -372,3 +372,10 @@ pub fn promote(data: &Path, epoch: Option<&str>) -> String {
     assert!(o.status.success(), "admin promote {}: {}", data.display(), String::from_utf8_lossy(&o.stderr));
     String::from_utf8_lossy(&o.stdout).to_string()
 }
+
+/// Sends `sig` (e.g. SIGSTOP, SIGCONT) to a running node process.
+pub fn signal(n: &Node, sig: i32) {
+    let pid = n.child.as_ref().expect("running").id() as i32;
+    // SAFETY: a signal to our own child process.
+    assert_eq!(unsafe { libc::kill(pid, sig) }, 0, "kill({pid}, {sig})");
+}
