@@ -192,11 +192,6 @@ impl Shard {
         self.epoch.get()
     }
 
-    /// Leader: the follower's durable end as last acknowledged.
-    pub fn follower_next(&self) -> u64 {
-        self.follower_next.get()
-    }
-
     /// Stops leading for good (this process): refuses appends, fails waiting ones.
     pub fn fence(&self, why: &str) {
         if self.role.get() == Role::Leader {

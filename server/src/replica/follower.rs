@@ -165,10 +165,8 @@ async fn serve(
         }
     }
     let start = shard.log.next_offset();
-    let (last_epoch, last_crc) = match start {
-        0 => (0, 0),
-        n => shard.log.record_id(n - 1).await.map_err(|e| format!("reading our last record {}: {e}", n - 1))?,
-    };
+    let (last_epoch, last_crc) =
+        shard.log.last_record_id(start).await.map_err(|e| format!("reading our last record: {e}"))?.unwrap_or((0, 0));
     out.clear();
     Repl::Joined { next_offset: start, last_epoch, last_crc }.encode(&mut out);
     wr.write(&out).await.map_err(|e| e.to_string())?;

@@ -111,7 +111,13 @@ async fn link_once(shard: &Rc<Shard>, cfg: &LinkConfig) -> Result<(), String> {
         let f = f.ok_or("follower closed during handshake")?;
         match parse(&f)? {
             Repl::Joined { next_offset, last_epoch, last_crc } if next_offset <= truncate_to => {
-                if let Err(why) = same_last_record(shard, next_offset, last_epoch, last_crc).await {
+                // The follower's last record must be ours, byte for byte (epoch and CRC;
+                // the CRC covers offset, epoch and payload). Logs that agree on their
+                // last common record agree on every record before it: each epoch has
+                // one writer (see `Shard`).
+                let ours =
+                    shard.log.last_record_id(next_offset).await.map_err(|e| format!("reading our record: {e}"))?;
+                if let Err(why) = handshake::same_last_record(next_offset, (last_epoch, last_crc), ours) {
                     out.clear();
                     Repl::Error { code: ErrorCode::Diverged as u16, message: &why }.encode(&mut out);
                     let _ = wr.write(&out).await;
@@ -165,17 +171,6 @@ async fn link_once(shard: &Rc<Shard>, cfg: &LinkConfig) -> Result<(), String> {
     wr.close().await;
     let acked = acks.await;
     sent.and(acked)
-}
-
-/// The follower's last record (at `next - 1`) must be ours, byte for byte (its epoch and
-/// CRC; the CRC covers offset, epoch and payload). Logs that agree on their last common
-/// record agree on every record before it: each epoch has one writer (see `Shard`).
-async fn same_last_record(shard: &Shard, next: u64, epoch: u32, crc: u32) -> Result<(), String> {
-    let ours = match next {
-        0 => None,
-        n => Some(shard.log.record_id(n - 1).await.map_err(|e| format!("reading our record {}: {e}", n - 1))?),
-    };
-    handshake::same_last_record(next, (epoch, crc), ours)
 }
 
 /// Streams records from `cursor` until the link dies or we stop leading.

@@ -212,16 +212,18 @@ impl Log {
         Ok((out, count))
     }
 
-    /// The identity (epoch, CRC) of the record at `offset`, which must be below
-    /// `next_offset()`: what the replication handshake compares between two logs.
-    pub async fn record_id(&self, offset: u64) -> io::Result<(u32, u32)> {
-        let (recs, count) = self.read(offset, offset + 1, 1).await?;
-        let (r, _) = record::decode(&recs)
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("record {offset}: {e}")))?;
-        if count != 1 || r.offset != offset {
+    /// The identity (epoch, CRC) of the last record below `end` (≤ `next_offset()`), None
+    /// when `end` is 0: what the replication handshake compares between two logs.
+    pub async fn last_record_id(&self, end: u64) -> io::Result<Option<(u32, u32)>> {
+        let Some(offset) = end.checked_sub(1) else { return Ok(None) };
+        let (recs, count) = self.read(offset, end, 1).await?;
+        if count != 1 {
             return Err(io::Error::new(io::ErrorKind::InvalidData, format!("record {offset} not found")));
         }
-        Ok((r.epoch, r.crc))
+        let (r, _) = record::decode(&recs)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("record {offset}: {e}")))?;
+        assert_eq!(r.offset, offset, "Log::read returned another record");
+        Ok(Some((r.epoch, r.crc)))
     }
 
     /// Drops every record at or above `offset`, cutting at the start of the batch that
