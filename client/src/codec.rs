@@ -74,6 +74,10 @@ pub enum ErrorCode {
     /// Replication only: the two logs hold different records at the same offset after
     /// the handshake's cut. The link is refused; see docs/operations.md.
     Diverged = 16,
+    /// The append was accepted but this node stopped leading before it was confirmed:
+    /// it may or may not be in the log. Not retried automatically (a retry could store
+    /// it twice); read the log to find out.
+    OutcomeUnknown = 17,
 }
 
 impl ErrorCode {
@@ -96,6 +100,7 @@ impl ErrorCode {
             14 => Unexpected,
             15 => Unavailable,
             16 => Diverged,
+            17 => OutcomeUnknown,
             _ => return None,
         })
     }

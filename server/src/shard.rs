@@ -473,7 +473,7 @@ impl Shard {
             let (code, msg) = if leading {
                 (ErrorCode::ReplicationTimeout, format!("not confirmed by the follower within {deadline:?}; the write is durable on the leader only and may still appear"))
             } else {
-                (ErrorCode::Fenced, "leadership lost before the follower confirmed; outcome unknown".to_string())
+                (ErrorCode::OutcomeUnknown, "leadership lost before the follower confirmed; outcome unknown".to_string())
             };
             for w in u.waiters {
                 w.conn.inflight.set(w.conn.inflight.get() - 1);
