@@ -4,11 +4,13 @@
 //! Data plane: [`shard`] (admission, group commit, acks), [`wal`] (segments, batches,
 //! recovery), [`net`] (listeners, connections, TLS), [`replica`] (leader link, follower
 //! apply). Control plane: [`control`] (epochs, locks, promotion), [`node`] (start-up),
+//! [`coord`] (etcd: leases, terms, in-sync set; coordinator mode),
 //! plus [`certs`], [`inspect`], [`cli`], [`metrics`].
 
 pub mod certs;
 pub mod cli;
 pub mod control;
+pub mod coord;
 pub mod inspect;
 pub mod metrics;
 pub mod net;

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use corelog_server::cli::{self, ConnArgs};
+use corelog_server::coord::CoordConfig;
 use corelog_server::node::{self, NodeRole, ServeConfig, TlsFiles};
 use corelog_server::{certs, control, inspect, quickstart};
 
@@ -104,8 +105,42 @@ struct ServeArgs {
     /// Client address; shard s also listens on port+1+s (its direct port).
     #[arg(long, default_value = "127.0.0.1:9400")]
     listen: SocketAddr,
-    #[arg(long, value_enum)]
-    role: NodeRole,
+    /// Static role (development, the quickstart). Not with --coordinator, where etcd
+    /// decides.
+    #[arg(long, value_enum, required_unless_present = "coordinator", conflicts_with = "coordinator")]
+    role: Option<NodeRole>,
+    /// Coordinator mode: etcd endpoints `http://HOST:PORT[,…]`; the role, epoch and
+    /// in-sync set come from etcd, with automatic failover (docs/operations.md §8).
+    #[arg(long, requires_all = ["cluster", "node_id", "peer_id", "peer_repl", "peer_client", "repl_listen"])]
+    coordinator: Option<String>,
+    /// Coordinator mode: the cluster's name (its keys live under /corelog/NAME/ in etcd).
+    #[arg(long)]
+    cluster: Option<String>,
+    /// Coordinator mode: this node's id (letters, digits, '-', '_').
+    #[arg(long)]
+    node_id: Option<String>,
+    /// Coordinator mode: the other node's id.
+    #[arg(long)]
+    peer_id: Option<String>,
+    /// Coordinator mode: the other node's replication base address.
+    #[arg(long)]
+    peer_repl: Option<SocketAddr>,
+    /// Coordinator mode: the other node's client address (named in NotLeader answers).
+    #[arg(long)]
+    peer_client: Option<String>,
+    /// Coordinator mode: the leader's etcd lease, whole seconds in milliseconds. The
+    /// leader acknowledges only until its last renewal + TTL − max(TTL/10, 50 ms).
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1000..=60_000))]
+    lease_ttl_ms: u64,
+    /// Coordinator mode: copies an append needs before it is acknowledged. 1: when the
+    /// follower is lost the leader drops it from the in-sync set and acks alone
+    /// (degraded); 2: never ack on one copy (unavailable instead).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=2))]
+    min_insync: u8,
+    /// Coordinator mode: a follower away (or not confirming a waiting append) this long
+    /// is dropped from the in-sync set.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(50..))]
+    isr_timeout_ms: u64,
     /// Total shards of the node (default: one per CPU). Leader and follower must agree.
     #[arg(long)]
     shard_count: Option<u16>,
@@ -181,6 +216,33 @@ fn serve_config(a: ServeArgs) -> Result<ServeConfig, String> {
     let ncpu = std::thread::available_parallelism().map(|n| n.get() as u16).unwrap_or(1);
     let shard_count = a.shard_count.or(a.cores).unwrap_or(ncpu);
     let shards = if a.shards.is_empty() { (0..shard_count).collect() } else { a.shards };
+    let coord = match a.coordinator {
+        None => None,
+        Some(endpoints) => {
+            if !a.lease_ttl_ms.is_multiple_of(1000) {
+                return Err("--lease-ttl-ms must be a whole number of seconds (etcd leases are)".into());
+            }
+            let id_ok = |s: &str| !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+            let (node_id, peer_id) = (a.node_id.unwrap_or_default(), a.peer_id.unwrap_or_default());
+            let cluster = a.cluster.unwrap_or_default();
+            if !id_ok(&node_id) || !id_ok(&peer_id) || !id_ok(&cluster) || node_id == peer_id {
+                return Err(
+                    "--cluster, --node-id and --peer-id: letters, digits, '-', '_'; node and peer ids differ".into()
+                );
+            }
+            Some(CoordConfig {
+                endpoints,
+                cluster,
+                node_id,
+                peer_id,
+                peer_repl: a.peer_repl.expect("required by clap"),
+                peer_client: a.peer_client.expect("required by clap"),
+                lease_ttl: Duration::from_millis(a.lease_ttl_ms),
+                min_insync: a.min_insync,
+                isr_timeout: Duration::from_millis(a.isr_timeout_ms),
+            })
+        }
+    };
     let tls = match (a.insecure, a.cert, a.key, a.client_ca) {
         (true, None, None, None) => None,
         (true, ..) => return Err("--insecure cannot be combined with --cert/--key/--client-ca".into()),
@@ -201,7 +263,7 @@ fn serve_config(a: ServeArgs) -> Result<ServeConfig, String> {
         listen: a.listen,
         shard_count,
         shards,
-        role: a.role,
+        role: a.role.unwrap_or(NodeRole::Follower),
         repl_listen: a.repl_listen,
         follower_addr: a.follower_addr,
         follower_name: a.follower_name,
@@ -216,6 +278,7 @@ fn serve_config(a: ServeArgs) -> Result<ServeConfig, String> {
         max_connections: a.max_connections.map(|n| n as usize),
         repl_timeout: Duration::from_millis(a.repl_timeout_ms),
         repl_memory_bytes: usize::try_from(a.repl_memory_bytes).map_err(|e| format!("--repl-memory-bytes: {e}"))?,
+        coord,
     })
 }
 

@@ -71,6 +71,22 @@ pub fn install() -> PrometheusHandle {
         .expect("metrics recorder installed once")
 }
 
+/// Coordinator mode: `role=… epoch=… insync=… degraded=…`, appended to `/health`.
+static HEALTH: std::sync::Mutex<String> = std::sync::Mutex::new(String::new());
+
+pub fn set_health(line: &str) {
+    *HEALTH.lock().unwrap_or_else(|e| e.into_inner()) = line.to_string();
+}
+
+fn health_body() -> String {
+    let h = HEALTH.lock().unwrap_or_else(|e| e.into_inner());
+    if h.is_empty() {
+        "ok\n".to_string()
+    } else {
+        format!("ok {h}\n")
+    }
+}
+
 /// Serves `GET /metrics` and `GET /health` (200 once `ready` is set, 503 before).
 pub fn serve(addr: SocketAddr, handle: PrometheusHandle, ready: Arc<AtomicBool>) -> std::io::Result<SocketAddr> {
     let l = TcpListener::bind(addr)?;
@@ -93,7 +109,7 @@ pub fn serve(addr: SocketAddr, handle: PrometheusHandle, ready: Arc<AtomicBool>)
             let path = line.split_whitespace().nth(1).unwrap_or("");
             let (status, body) = match path {
                 "/metrics" => ("200 OK", handle.render()),
-                "/health" if ready.load(Ordering::Acquire) => ("200 OK", "ok\n".to_string()),
+                "/health" if ready.load(Ordering::Acquire) => ("200 OK", health_body()),
                 "/health" => ("503 Service Unavailable", "starting\n".to_string()),
                 _ => ("404 Not Found", "not found\n".to_string()),
             };

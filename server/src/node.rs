@@ -13,6 +13,8 @@ use corelog_client::codec::Role;
 use glommio::{LocalExecutorBuilder, Placement};
 
 use crate::control;
+use crate::coord::cell::ControlCell;
+use crate::coord::{CoordConfig, Coordinator};
 use crate::metrics::{self, ShardMetrics};
 use crate::net::{listener, tls};
 use crate::replica::{follower, leader};
@@ -51,6 +53,8 @@ pub struct ServeConfig {
     /// Client connections per process (None: RLIMIT_NOFILE − `listener::FD_RESERVE`).
     pub max_connections: Option<usize>,
     pub repl_timeout: Duration,
+    /// Coordinator mode: the role comes from etcd (`role` is then ignored).
+    pub coord: Option<CoordConfig>,
 }
 
 #[derive(Clone, Debug)]
@@ -65,7 +69,35 @@ fn port_plus(addr: SocketAddr, n: u16) -> SocketAddr {
 }
 
 /// Runs the node until the process is killed. Returns only on a start-up error.
-pub fn serve(cfg: ServeConfig) -> Result<(), String> {
+pub fn serve(mut cfg: ServeConfig) -> Result<(), String> {
+    let mut ctl = Arc::new(ControlCell::unbounded(cfg.shards.len()));
+    let mut term_epoch = None;
+    if let Some(cc) = cfg.coord.clone() {
+        if cfg.shards.len() != cfg.shard_count as usize {
+            return Err("--coordinator: one process owns every shard of the node (no --shards)".into());
+        }
+        let mut disk_epoch = 0;
+        for &id in &cfg.shards {
+            disk_epoch = disk_epoch.max(control::read_epoch(&control::shard_dir(&cfg.data_dir, id))?);
+        }
+        let (coordinator, d) = Coordinator::start(cc.clone(), disk_epoch)?;
+        let c = ControlCell::new(cfg.shards.len(), d.leading);
+        if d.leading {
+            c.set_solo(!d.term.in_sync(&cc.peer_id) && cc.min_insync < 2);
+            cfg.role = NodeRole::Leader;
+            term_epoch = Some(d.term.epoch);
+        } else {
+            cfg.role = NodeRole::Follower;
+        }
+        cfg.follower_addr = Some(cc.peer_repl);
+        cfg.leader_addr = Some(cc.peer_client.clone());
+        ctl = Arc::new(c);
+        let ctl = ctl.clone();
+        std::thread::Builder::new()
+            .name("coordinator".into())
+            .spawn(move || coordinator.run(ctl))
+            .map_err(|e| format!("start the coordinator thread: {e}"))?;
+    }
     if cfg.shards.is_empty() || cfg.shards.iter().any(|s| *s >= cfg.shard_count) {
         return Err(format!("--shards {:?} must be non-empty and below --shard-count {}", cfg.shards, cfg.shard_count));
     }
@@ -105,8 +137,9 @@ pub fn serve(cfg: ServeConfig) -> Result<(), String> {
     eprintln!("corelog: at most {} client connections in this process (--max-connections)", cap.max);
     let (tx, rx) = mpsc::channel::<Result<String, String>>();
     let mut joins = Vec::new();
-    for &id in &cfg.shards {
+    for (slot, &id) in cfg.shards.iter().enumerate() {
         let cfg = cfg.clone();
+        let ctl = ctl.clone();
         let tx = tx.clone();
         let (client_tls, repl_server, repl_client) = (client_tls.clone(), repl_server.clone(), repl_client.clone());
         let cap = cap.clone();
@@ -117,7 +150,8 @@ pub fn serve(cfg: ServeConfig) -> Result<(), String> {
             // cancel hash short (the default 128 cost ~2% CPU at 18k connections).
             .ring_depth(4096)
             .spawn(move || async move {
-                match start_shard(id, &cfg, client_tls, repl_server, repl_client, cap).await {
+                let place = Place { id, slot, ctl, term_epoch };
+                match start_shard(place, &cfg, client_tls, repl_server, repl_client, cap).await {
                     Ok((shard, line)) => {
                         let _ = tx.send(Ok(line));
                         drop(tx);
@@ -161,14 +195,24 @@ pub fn serve(cfg: ServeConfig) -> Result<(), String> {
     Ok(())
 }
 
-async fn start_shard(
+/// Which shard an executor runs, and what the control plane decided for it.
+struct Place {
     id: u16,
+    slot: usize,
+    ctl: Arc<ControlCell>,
+    /// Coordinator mode, leading: the epoch of the term this node won in etcd.
+    term_epoch: Option<u32>,
+}
+
+async fn start_shard(
+    place: Place,
     cfg: &ServeConfig,
     client_tls: Option<Arc<rustls::ServerConfig>>,
     repl_server: Option<Arc<rustls::ServerConfig>>,
     repl_client: Option<Arc<rustls::ClientConfig>>,
     cap: Arc<listener::ConnCap>,
 ) -> Result<(Rc<Shard>, String), String> {
+    let id = place.id;
     let dir = control::shard_dir(&cfg.data_dir, id);
     std::fs::create_dir_all(&dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
     let lock = control::lock_shard(&dir)?;
@@ -183,14 +227,22 @@ async fn start_shard(
     let log = Rc::new(wal::Log::open(&dir, &scan, cfg.segment_bytes).await.map_err(|e| format!("open log: {e}"))?);
     // A promoted node's log at its promotion is history it inherited (every record of
     // an epoch below the promoted one): as leader it serves it without a follower ack.
+    // In coordinator mode the whole log at the take-over is such history (the node was
+    // in the in-sync set: it holds every acknowledged record; the rest was never acked).
     let commit_floor = match control::read_promoted_epoch(&dir)? {
+        _ if place.term_epoch.is_some() => log.next_offset(),
         Some(p) => log.end_of_epoch(p.saturating_sub(1)),
         None => 0,
     };
     // Every replicated leader start is a new epoch, persisted before anything else: a
     // batch an earlier incarnation shipped but never wrote is then always in an older
     // epoch than what this one writes, and the handshake cuts it (docs/protocol.md §8).
-    let epoch = if cfg.role == NodeRole::Leader {
+    // Coordinator mode: the epoch of the term won in etcd (above every epoch on disk).
+    let epoch = if let Some(e) = place.term_epoch {
+        assert!(e > stored_epoch, "term epoch {e} not above the shard's {stored_epoch}");
+        control::write_epoch(&dir, e)?;
+        e
+    } else if cfg.role == NodeRole::Leader {
         let e = stored_epoch.checked_add(1).ok_or("epoch counter exhausted")?;
         control::write_epoch(&dir, e)?;
         e
@@ -210,6 +262,8 @@ async fn start_shard(
         handshake_timeout: cfg.handshake_timeout,
         repl_timeout: cfg.repl_timeout,
         leader_addr: cfg.leader_addr.clone(),
+        ctl: place.ctl,
+        slot: place.slot,
     };
     let metrics = ShardMetrics::new(id);
     let any_tls = cfg.tls.is_some() || cfg.repl_tls.is_some();

@@ -23,11 +23,14 @@
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::rc::Rc;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use corelog_client::codec::{self, ErrorCode, Role};
 use corelog_client::record;
 
+use crate::coord::cell::ControlCell;
 use crate::metrics::ShardMetrics;
 use crate::sync::Event;
 use crate::wal::batch::{MAX_BATCH_BYTES, MAX_BATCH_RECORDS};
@@ -37,6 +40,8 @@ use crate::wal::Log;
 pub const MAX_STAGED_BYTES: usize = 16 * 1024 * 1024;
 /// Appends accepted but not yet acknowledged, per shard.
 pub const MAX_UNACKED: usize = 128 * 1024;
+/// A follower this close behind (records) is worth switching back to two-copy acks for.
+pub const NEAR_RECORDS: u64 = 64 * 1024;
 /// Recent batches kept in memory for the replication link (default of `recent_bytes`).
 pub const MAX_RECENT_BYTES: usize = 32 * 1024 * 1024;
 
@@ -108,6 +113,11 @@ pub struct ShardConfig {
     pub repl_timeout: Duration,
     /// Client address of the leader, for `NotLeader` answers on a follower.
     pub leader_addr: Option<String>,
+    /// Decisions of the control plane (lease, solo, stop); `ControlCell::unbounded` for
+    /// static roles.
+    pub ctl: Arc<ControlCell>,
+    /// This shard's slot in `ctl.slots`.
+    pub slot: usize,
 }
 
 pub struct Shard {
@@ -126,10 +136,15 @@ pub struct Shard {
     unacked_count: Cell<usize>,
     /// Follower's durable end as last acknowledged to us (leader only).
     follower_next: Cell<u64>,
-    /// Leader only: records below this offset are history a promoted node inherited
-    /// (its log at `admin promote`, format.md §1 `promoted-epoch`): committed without an
-    /// ack. 0 for a node never promoted.
-    commit_floor: u64,
+    /// Leader: a follower link is joined (false since `link_down_since`).
+    link_up: Cell<bool>,
+    link_down_since: Cell<Instant>,
+    /// Leader: the committed end as last released; never goes back. Starts at the end of
+    /// the history this leader inherited (static: its log at `admin promote`, format.md
+    /// §1 `promoted-epoch`, else 0; coordinator: its log when it took the lead).
+    acked_end: Cell<u64>,
+    /// `ctl.solo()` as this shard last acted on it.
+    solo_seen: Cell<bool>,
     pub recent: RefCell<VecDeque<Recent>>,
     recent_bytes: Cell<usize>,
     /// Something was staged: wakes the commit loop.
@@ -157,7 +172,10 @@ impl Shard {
         assert!(commit_floor <= next, "commit floor {commit_floor} above the log end {next}");
         let replicated_leader = role == Role::Leader && !cfg.standalone;
         Rc::new(Shard {
-            commit_floor,
+            acked_end: Cell::new(commit_floor),
+            link_up: Cell::new(false),
+            link_down_since: Cell::new(Instant::now()),
+            solo_seen: Cell::new(false),
             cfg,
             log,
             role: Cell::new(role),
@@ -218,6 +236,7 @@ impl Shard {
         assert_eq!(self.role.get(), Role::Leader, "only a leader takes a follower");
         assert!(next <= self.log.next_offset(), "follower end {next} beyond our durable end");
         self.follower_next.set(next);
+        self.link_up.set(true);
         if !self.accepted.get() {
             eprintln!("corelog: shard {}: epoch {} accepted by the follower; writing appends", self.id(), self.epoch());
             self.accepted.set(true);
@@ -236,13 +255,31 @@ impl Shard {
         }
     }
 
-    /// Records readers may see: durable here, and on the follower too when we lead.
+    /// Leader: the follower link ended.
+    pub fn follower_lost(&self) {
+        if self.link_up.replace(false) {
+            self.link_down_since.set(Instant::now());
+        }
+    }
+
+    /// Follower: a leader's link ended (the coordinator checks whether the leader is gone).
+    pub fn leader_link_lost(&self) {
+        self.cfg.ctl.slots[self.cfg.slot].links_lost.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Records readers may see: durable here, and on the follower too when we lead
+    /// (unless the in-sync set is this node alone); nothing new while the lease is near
+    /// its end or after fencing (a fenced leader's suffix may be truncated).
     pub fn committed(&self) -> u64 {
         let local = self.log.next_offset();
         match self.role.get() {
-            // A fenced leader acknowledges nothing more: its suffix may be truncated.
-            Role::Leader | Role::Fenced if !self.cfg.standalone => {
-                local.min(self.follower_next.get()).max(self.commit_floor)
+            Role::Fenced if !self.cfg.standalone => self.acked_end.get(),
+            Role::Leader if !self.cfg.standalone => {
+                if !self.cfg.ctl.may_ack(Instant::now()) {
+                    return self.acked_end.get();
+                }
+                let both = if self.cfg.ctl.solo() { local } else { local.min(self.follower_next.get()) };
+                both.max(self.acked_end.get())
             }
             _ => local,
         }
@@ -362,9 +399,14 @@ impl Shard {
 
     /// The group-commit loop. Runs for the life of the shard.
     pub async fn commit_loop(self: Rc<Self>) {
+        let slot = &self.cfg.ctl.slots[self.cfg.slot];
         loop {
-            if !self.accepted.get() {
-                // A leader writes nothing before its follower accepted its epoch.
+            if self.cfg.ctl.stopping() {
+                return; // the process re-executes: nothing more is written
+            }
+            if !self.accepted.get() && !self.cfg.ctl.solo() {
+                // A leader writes nothing before its follower accepted its epoch
+                // (unless the in-sync set is this node alone).
                 self.accepted_ev.wait().await;
                 continue;
             }
@@ -383,7 +425,10 @@ impl Shard {
             let first_epoch = first_record_epoch(&records);
             let last_epoch = if self.role.get() == Role::Leader { epoch } else { last_record_epoch(&records) };
             let t = Instant::now();
-            if let Err(e) = self.log.write_batch(b.count, epoch, &records, first_epoch, last_epoch).await {
+            slot.writing.store(true, Ordering::Release);
+            let written = self.log.write_batch(b.count, epoch, &records, first_epoch, last_epoch).await;
+            slot.writing.store(false, Ordering::Release);
+            if let Err(e) = written {
                 crate::fatal(&format!(
                     "shard {}: write/fdatasync of batch at offset {} failed: {e}; stopping without acknowledging it",
                     self.id(),
@@ -419,6 +464,9 @@ impl Shard {
     /// Acknowledges every waiting append below the committed end.
     pub fn release(&self) {
         let end = self.committed();
+        if self.role.get() == Role::Leader {
+            self.acked_end.set(end);
+        }
         let mut n = 0u64;
         let mut unacked = self.unacked.borrow_mut();
         while let Some(u) = unacked.front_mut() {
@@ -456,7 +504,7 @@ impl Shard {
     pub fn expire(&self, now: Instant) {
         let deadline = self.cfg.ack_timeout;
         let leading = self.role.get() == Role::Leader;
-        if !self.accepted.get() {
+        if !self.accepted.get() && !self.cfg.ctl.solo() {
             let oldest = self.staged.borrow().front().map(|b| b.since);
             if oldest.is_some_and(|t| !leading || now.duration_since(t) >= deadline) {
                 self.drop_staged();
@@ -473,7 +521,10 @@ impl Shard {
             let (code, msg) = if leading {
                 (ErrorCode::ReplicationTimeout, format!("not confirmed by the follower within {deadline:?}; the write is durable on the leader only and may still appear"))
             } else {
-                (ErrorCode::OutcomeUnknown, "leadership lost before the follower confirmed; outcome unknown".to_string())
+                (
+                    ErrorCode::OutcomeUnknown,
+                    "leadership lost before the follower confirmed; outcome unknown".to_string(),
+                )
             };
             for w in u.waiters {
                 w.conn.inflight.set(w.conn.inflight.get() - 1);
@@ -517,12 +568,44 @@ impl Shard {
         self.space_ev.notify();
     }
 
-    /// Periodic deadline check (a bounded sweep every 100 ms).
+    /// Periodic deadline check and control-plane sync (every 20 ms).
     pub async fn deadline_loop(self: Rc<Self>) {
         loop {
-            glommio::timer::sleep(Duration::from_millis(100)).await;
+            glommio::timer::sleep(Duration::from_millis(20)).await;
+            self.sync_control();
             self.expire(Instant::now());
         }
+    }
+
+    /// Acts on the coordinator's decisions and tells it what it needs to decide on the
+    /// in-sync set. Static roles: nothing changes here (no lease, never solo or stopped).
+    fn sync_control(&self) {
+        let ctl = &self.cfg.ctl;
+        if ctl.stopping() {
+            self.fence("the coordinator ended this node's term");
+            return;
+        }
+        let solo = ctl.solo();
+        if solo != self.solo_seen.replace(solo) {
+            self.accepted_ev.notify();
+        }
+        // Acks held at the lease's end resume here once it is renewed.
+        self.release();
+        if self.role.get() != Role::Leader || self.cfg.standalone {
+            return;
+        }
+        let slot = &ctl.slots[self.cfg.slot];
+        let g = ctl.gen();
+        let follower = self.follower_next.get();
+        let in_sync = self.link_up.get() && follower >= self.acked_end.get();
+        slot.in_sync_gen.store(if in_sync { g } else { 0 }, Ordering::Release);
+        let lag = self.log.next_offset().saturating_sub(follower);
+        slot.near.store(self.link_up.get() && lag <= NEAR_RECORDS, Ordering::Release);
+        let waiting = self.unacked.borrow().front().map(|u| u.since);
+        let waiting = waiting.or_else(|| self.staged.borrow().front().map(|b| b.since));
+        let since = if !self.link_up.get() { Some(self.link_down_since.get()) } else { waiting };
+        let since = if solo { None } else { since };
+        slot.stalled_since.store(since.map_or(0, |t| ctl.nanos(t) + 1), Ordering::Release);
     }
 
     /// Wakes everyone whose answer depends on the role (after fencing).

@@ -175,6 +175,7 @@ async fn serve(
     let pinged = Rc::new(Cell::new(false));
     let acker = glommio::spawn_local(ack_loop(shard.clone(), wr, start, done.clone(), pinged.clone()));
     let r = apply(shard, &mut rd, &mut used, leader_epoch, gen, my_gen, &pinged).await;
+    shard.leader_link_lost();
     done.set(true);
     shard.durable_ev.notify();
     acker.await;

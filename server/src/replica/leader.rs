@@ -37,7 +37,9 @@ pub async fn run(shard: Rc<Shard>, cfg: LinkConfig) {
         if shard.role() != Role::Leader {
             return;
         }
-        match link_once(&shard, &cfg).await {
+        let r = link_once(&shard, &cfg).await;
+        shard.follower_lost();
+        match r {
             Ok(()) => backoff = Duration::from_millis(50),
             Err(e) => {
                 if e != last_err {

@@ -1,0 +1,120 @@
+//! The only state the control plane and the data plane share: atomics written by one
+//! side and read by the other, never a lock on the append path. The coordinator thread
+//! writes the lease deadline, the solo flag and the stop flag; each shard publishes
+//! what the coordinator needs to decide on the in-sync set (its `ShardSlot`).
+//!
+//! Static roles (`--role`) use `ControlCell::unbounded()`: no lease, never solo.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Instant;
+
+pub struct ControlCell {
+    t0: Instant,
+    /// Nanoseconds after `t0` until which this node may acknowledge (its lease, minus the
+    /// margin). `u64::MAX`: no lease (static roles).
+    lease_until: AtomicU64,
+    /// The in-sync set in etcd is this node alone: acknowledge on the local fsync.
+    solo: AtomicBool,
+    /// This process stops leading/following now and will re-exec: write nothing more.
+    stop: AtomicBool,
+    /// Bumped by the coordinator before it asks the shards a fresh question.
+    gen: AtomicU64,
+    pub slots: Vec<ShardSlot>,
+}
+
+/// What one shard tells the coordinator (written by the shard's executor only).
+#[derive(Default)]
+pub struct ShardSlot {
+    /// `gen` as of the shard's last check that its follower holds every acknowledged
+    /// record (0: it does not).
+    pub in_sync_gen: AtomicU64,
+    /// The follower is connected and close behind (worth switching back to two copies).
+    pub near: AtomicBool,
+    /// Nanoseconds after `t0` (+1) since which the follower has been away or an append
+    /// has been waiting for it; 0 when neither.
+    pub stalled_since: AtomicU64,
+    /// A batch write + fdatasync is in flight.
+    pub writing: AtomicBool,
+    /// Follower: replication links from a leader that ended (a counter).
+    pub links_lost: AtomicU64,
+}
+
+impl ControlCell {
+    pub fn new(shards: usize, lease_until_now: bool) -> ControlCell {
+        ControlCell {
+            t0: Instant::now(),
+            lease_until: AtomicU64::new(if lease_until_now { 0 } else { u64::MAX }),
+            solo: AtomicBool::new(false),
+            stop: AtomicBool::new(false),
+            gen: AtomicU64::new(1),
+            slots: (0..shards).map(|_| ShardSlot::default()).collect(),
+        }
+    }
+
+    /// No coordinator: never a lease limit, never solo.
+    pub fn unbounded(shards: usize) -> ControlCell {
+        ControlCell::new(shards, false)
+    }
+
+    pub fn nanos(&self, at: Instant) -> u64 {
+        at.saturating_duration_since(self.t0).as_nanos() as u64
+    }
+
+    pub fn instant(&self, nanos: u64) -> Instant {
+        self.t0 + std::time::Duration::from_nanos(nanos)
+    }
+
+    /// May this node acknowledge at `now`? (lease not near its end, not stopping)
+    pub fn may_ack(&self, now: Instant) -> bool {
+        let until = self.lease_until.load(Ordering::Acquire);
+        !self.stopping() && (until == u64::MAX || self.nanos(now) < until)
+    }
+
+    pub fn set_lease_until(&self, at: Instant) {
+        self.lease_until.store(self.nanos(at), Ordering::Release);
+    }
+
+    pub fn solo(&self) -> bool {
+        self.solo.load(Ordering::Acquire)
+    }
+
+    pub fn set_solo(&self, solo: bool) {
+        self.solo.store(solo, Ordering::Release);
+        self.gen.fetch_add(1, Ordering::AcqRel);
+    }
+
+    pub fn stopping(&self) -> bool {
+        self.stop.load(Ordering::Acquire)
+    }
+
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::Release);
+    }
+
+    pub fn gen(&self) -> u64 {
+        self.gen.load(Ordering::Acquire)
+    }
+
+    pub fn bump_gen(&self) -> u64 {
+        self.gen.fetch_add(1, Ordering::AcqRel) + 1
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn lease_bounds_acks() {
+        let c = ControlCell::new(1, true);
+        let now = Instant::now();
+        assert!(!c.may_ack(now), "no lease yet");
+        c.set_lease_until(now + Duration::from_millis(500));
+        assert!(c.may_ack(now));
+        assert!(!c.may_ack(now + Duration::from_millis(501)));
+        c.stop();
+        assert!(!c.may_ack(now));
+        assert!(ControlCell::unbounded(1).may_ack(now + Duration::from_secs(1 << 30)));
+    }
+}

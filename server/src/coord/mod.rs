@@ -1,0 +1,380 @@
+//! Control plane of coordinator mode (`serve --coordinator`): the only part of the
+//! server that talks to etcd. It runs on its own thread (blocking HTTP calls with short
+//! timeouts; the glommio data plane never waits on it) and hands its decisions to the
+//! shards through `ControlCell` atomics: the lease deadline, solo (the in-sync set is
+//! this node alone) and stop.
+//!
+//! A role change re-executes the process (`exec` of /proc/self/exe with the same
+//! arguments, same pid): the new image recovers from disk exactly as after a crash —
+//! the path every crash test exercises — and takes its role from etcd. Before the exec
+//! every shard stops writing and the coordinator waits until no write is in flight.
+//!
+//! Leader: renews its lease every quarter TTL and may acknowledge only until
+//! `renewal sent + TTL − margin` (etcd counts the TTL from when it received the renewal,
+//! later than it was sent); it re-reads the term every tick and restarts as soon as the
+//! term is no longer its own. It drops the follower from the in-sync set (a transaction
+//! on the term revision) when the follower has been away or silent for `isr_timeout`,
+//! then acknowledges alone (degraded); it adds the follower back once it holds every
+//! acknowledged record, switching to two-copy acks first.
+//! Follower: takes over when the leader key is gone, or at once when the replication
+//! link broke and the leader's replication port refuses connections (its process is
+//! gone) — only when it is in the in-sync set (see `term::take_over`).
+
+pub mod cell;
+pub mod etcd;
+pub mod term;
+
+use std::net::{SocketAddr, TcpStream};
+use std::os::unix::process::CommandExt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cell::ControlCell;
+use etcd::{Cmp, Etcd, Op};
+use term::{Start, Term, View};
+
+/// Tick of the coordinator loop (term re-read, in-sync checks).
+const TICK: Duration = Duration::from_millis(50);
+/// Timeout of one etcd request.
+const ETCD_TIMEOUT: Duration = Duration::from_millis(300);
+
+#[derive(Clone, Debug)]
+pub struct CoordConfig {
+    /// `http://HOST:PORT[,…]`
+    pub endpoints: String,
+    pub cluster: String,
+    pub node_id: String,
+    pub peer_id: String,
+    /// The peer's replication base address (we dial it when we lead).
+    pub peer_repl: SocketAddr,
+    /// The peer's client address (NotLeader answers name it when it leads).
+    pub peer_client: String,
+    /// etcd leases are whole seconds.
+    pub lease_ttl: Duration,
+    /// Acknowledge only with this many copies (1: degrade to the leader alone; 2: never).
+    pub min_insync: u8,
+    /// A follower away or silent this long is dropped from the in-sync set.
+    pub isr_timeout: Duration,
+}
+
+impl CoordConfig {
+    /// How long before its lease's end (as counted from the renewal's send time) a
+    /// leader stops acknowledging: a tenth of the TTL, at least 50 ms.
+    pub fn margin(&self) -> Duration {
+        (self.lease_ttl / 10).max(Duration::from_millis(50))
+    }
+}
+
+/// The role this incarnation of the process plays.
+#[derive(Clone, Debug)]
+pub struct Decision {
+    pub leading: bool,
+    pub term: Term,
+}
+
+pub struct Coordinator {
+    cfg: CoordConfig,
+    etcd: Etcd,
+    prefix: String,
+    lease: i64,
+    disk_epoch: u32,
+    decision: Option<Decision>,
+    term_rev: i64,
+    last_err: String,
+}
+
+impl Coordinator {
+    /// Connects, then decides this incarnation's role (waits while etcd is unreachable:
+    /// no node may lead without it).
+    pub fn start(cfg: CoordConfig, disk_epoch: u32) -> Result<(Coordinator, Decision), String> {
+        if cfg.node_id == cfg.peer_id || cfg.node_id.is_empty() || cfg.node_id.contains([' ', ',', '=']) {
+            return Err(format!(
+                "--node-id {:?} must be non-empty, without spaces, ',' or '=', and differ from --peer-id",
+                cfg.node_id
+            ));
+        }
+        if cfg.lease_ttl.subsec_nanos() != 0 || cfg.lease_ttl.is_zero() {
+            return Err("--lease-ttl-ms must be a whole number of seconds (etcd leases are), at least 1000".into());
+        }
+        let etcd = Etcd::new(&cfg.endpoints, ETCD_TIMEOUT)?;
+        let prefix = format!("/corelog/{}/", cfg.cluster);
+        let mut c = Coordinator {
+            cfg,
+            etcd,
+            prefix,
+            lease: 0,
+            disk_epoch,
+            decision: None,
+            term_rev: 0,
+            last_err: String::new(),
+        };
+        loop {
+            match c.try_start() {
+                Ok(Some(d)) => {
+                    c.decision = Some(d.clone());
+                    return Ok((c, d));
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    c.log_once(&format!("etcd {}: {e} (no node can lead without etcd; retrying)", c.cfg.endpoints))
+                }
+            }
+            std::thread::sleep(TICK * 2);
+        }
+    }
+
+    fn key(&self, name: &str) -> String {
+        format!("{}{name}", self.prefix)
+    }
+
+    fn log_once(&mut self, msg: &str) {
+        if msg != self.last_err {
+            eprintln!("corelog: coordinator: {msg}");
+            self.last_err = msg.to_string();
+        }
+    }
+
+    fn read(&mut self) -> Result<View, String> {
+        let kvs = self.etcd.range_prefix(&self.prefix)?;
+        let v = View::from_kvs(&self.prefix, &kvs)?;
+        if let Some((_, rev)) = &v.term {
+            self.term_rev = *rev;
+        }
+        Ok(v)
+    }
+
+    fn try_start(&mut self) -> Result<Option<Decision>, String> {
+        if self.lease == 0 {
+            self.lease = self.etcd.grant(self.cfg.lease_ttl.as_secs() as i64)?;
+        }
+        let view = self.read()?;
+        match term::on_start(&view, &self.cfg.node_id, self.disk_epoch) {
+            Start::Lead(t) => {
+                if self.claim(&view, &t)? {
+                    eprintln!("corelog: coordinator: leading in epoch {} (in-sync set {:?})", t.epoch, t.isr);
+                    return Ok(Some(Decision { leading: true, term: t }));
+                }
+                Ok(None) // someone else moved first: look again
+            }
+            Start::Follow(t) => {
+                eprintln!("corelog: coordinator: following {} (epoch {}, in-sync set {:?})", t.leader, t.epoch, t.isr);
+                Ok(Some(Decision { leading: false, term: t }))
+            }
+            Start::Wait(why) => {
+                self.log_once(&why);
+                Ok(None)
+            }
+        }
+    }
+
+    /// Writes `t` and the leader key (with our lease) if the term and the leader key are
+    /// still as `view` saw them.
+    fn claim(&mut self, view: &View, t: &Term) -> Result<bool, String> {
+        let (tk, lk) = (self.key("term"), self.key("leader"));
+        let mut cmps = Vec::new();
+        match &view.term {
+            None => cmps.push(Cmp::Absent(&tk)),
+            Some((_, rev)) => cmps.push(Cmp::ModRev(&tk, *rev)),
+        }
+        match &view.leader {
+            None => cmps.push(Cmp::Absent(&lk)),
+            Some((_, rev)) => cmps.push(Cmp::ModRev(&lk, *rev)),
+        }
+        let value = t.encode();
+        let me = self.cfg.node_id.clone();
+        let ops = [Op::Put { key: &tk, value: &value, lease: 0 }, Op::Put { key: &lk, value: &me, lease: self.lease }];
+        self.etcd.txn(&cmps, &ops)
+    }
+
+    /// Changes the term's in-sync set, guarded by its revision and our leadership.
+    fn set_isr(&mut self, t: &Term, isr: Vec<String>) -> Result<bool, String> {
+        let (tk, lk) = (self.key("term"), self.key("leader"));
+        let value = Term { isr, ..t.clone() }.encode();
+        let me = self.cfg.node_id.clone();
+        let cmps = [Cmp::ModRev(&tk, self.term_rev), Cmp::Value(&lk, &me)];
+        self.etcd.txn(&cmps, &[Op::Put { key: &tk, value: &value, lease: 0 }])
+    }
+
+    /// Runs for the life of this incarnation; never returns (it re-executes the process).
+    pub fn run(mut self, ctl: Arc<ControlCell>) -> ! {
+        let d = self.decision.clone().expect("decided in start");
+        gauges(&d.term, d.leading, ctl.solo());
+        let why = if d.leading { self.lead(&ctl, d.term) } else { self.follow(&ctl, d.term) };
+        restart(&ctl, &why)
+    }
+
+    /// Keeps the lease; returns why this node stopped leading.
+    fn lead(&mut self, ctl: &ControlCell, mut t: Term) -> String {
+        let ttl = self.cfg.lease_ttl;
+        let mut next_renew = Instant::now();
+        loop {
+            let now = Instant::now();
+            if now >= next_renew {
+                match self.etcd.keep_alive(self.lease) {
+                    Ok(true) => {
+                        ctl.set_lease_until(now + ttl - self.cfg.margin());
+                        next_renew = now + ttl / 4;
+                    }
+                    Ok(false) => return format!("lease {} expired in etcd", self.lease),
+                    Err(e) => self.log_once(&format!("cannot renew the lease ({e}); acknowledgements stop at its end")),
+                }
+            }
+            match self.read() {
+                Ok(view) => {
+                    if let Err(why) = term::still_leading(&view, &self.cfg.node_id, t.epoch) {
+                        return why;
+                    }
+                    t = view.term.expect("checked by still_leading").0;
+                    if let Err(e) = self.manage_isr(ctl, &t) {
+                        self.log_once(&format!("in-sync set: {e}"));
+                    }
+                }
+                Err(e) => self.log_once(&format!("etcd unreachable: {e}")),
+            }
+            std::thread::sleep(TICK);
+        }
+    }
+
+    fn manage_isr(&mut self, ctl: &ControlCell, t: &Term) -> Result<(), String> {
+        let peer = self.cfg.peer_id.clone();
+        let now = Instant::now();
+        if t.in_sync(&peer) {
+            if self.cfg.min_insync >= 2 || ctl.solo() {
+                return Ok(());
+            }
+            let stalled = ctl.slots.iter().filter_map(|s| {
+                let since = s.stalled_since.load(std::sync::atomic::Ordering::Acquire);
+                (since != 0).then(|| ctl.instant(since - 1))
+            });
+            let Some(oldest) = stalled.min() else { return Ok(()) };
+            if now.saturating_duration_since(oldest) < self.cfg.isr_timeout {
+                return Ok(());
+            }
+            if self.set_isr(t, vec![self.cfg.node_id.clone()])? {
+                ctl.set_solo(true);
+                gauges(&Term { isr: vec![self.cfg.node_id.clone()], ..t.clone() }, true, true);
+                eprintln!(
+                    "corelog: coordinator: DEGRADED: follower {peer} away or silent for {:?}: removed from the in-sync set of epoch {}; acknowledging on this node's fsync alone",
+                    self.cfg.isr_timeout, t.epoch
+                );
+            }
+            return Ok(());
+        }
+        // The follower is out of the set: bring it back once it holds everything acked.
+        if !ctl.slots.iter().all(|s| s.near.load(std::sync::atomic::Ordering::Acquire)) {
+            return Ok(());
+        }
+        let was_solo = ctl.solo();
+        ctl.set_solo(false); // two-copy acks from here on, before the set says so
+        let g = ctl.gen();
+        let until = Instant::now() + self.cfg.isr_timeout;
+        while !ctl.slots.iter().all(|s| s.in_sync_gen.load(std::sync::atomic::Ordering::Acquire) >= g) {
+            if Instant::now() >= until {
+                ctl.set_solo(was_solo);
+                return Err(format!(
+                    "follower {peer} did not confirm every acknowledged record within {:?}",
+                    self.cfg.isr_timeout
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let isr = vec![self.cfg.node_id.clone(), peer.clone()];
+        if self.set_isr(t, isr.clone())? {
+            gauges(&Term { isr, ..t.clone() }, true, false);
+            eprintln!("corelog: coordinator: follower {peer} caught up: back in the in-sync set of epoch {}; acknowledging on both fsyncs", t.epoch);
+        } else {
+            ctl.set_solo(was_solo);
+        }
+        Ok(())
+    }
+
+    /// Keeps our lease (needed to claim the leader key); returns why we take over.
+    fn follow(&mut self, ctl: &ControlCell, mut shown: Term) -> String {
+        let mut next_renew = Instant::now();
+        let mut links_lost = 0;
+        loop {
+            let now = Instant::now();
+            if now >= next_renew {
+                match self.etcd.keep_alive(self.lease) {
+                    Ok(true) => next_renew = now + self.cfg.lease_ttl / 4,
+                    Ok(false) => match self.etcd.grant(self.cfg.lease_ttl.as_secs() as i64) {
+                        Ok(l) => self.lease = l,
+                        Err(e) => self.log_once(&format!("lease grant: {e}")),
+                    },
+                    Err(e) => self.log_once(&format!("etcd unreachable: {e}")),
+                }
+            }
+            let lost: u64 = ctl.slots.iter().map(|s| s.links_lost.load(std::sync::atomic::Ordering::Acquire)).sum();
+            let leader_dead = lost > links_lost && {
+                links_lost = lost;
+                refuses(self.cfg.peer_repl)
+            };
+            match self.read() {
+                Ok(view) => {
+                    if let Some((t, _)) = &view.term {
+                        if t.leader == self.cfg.node_id {
+                            return format!("the term names this node leader (epoch {})", t.epoch);
+                        }
+                        if *t != shown {
+                            gauges(t, false, false);
+                            shown = t.clone();
+                        }
+                    }
+                    if view.leader.is_none() || leader_dead {
+                        match term::take_over(&view, &self.cfg.node_id, self.disk_epoch, leader_dead) {
+                            Ok(t) => match self.claim(&view, &t) {
+                                Ok(true) => {
+                                    let how = if leader_dead { "its process is gone" } else { "its lease expired" };
+                                    return format!(
+                                        "took over as leader of epoch {}: the leader is lost ({how})",
+                                        t.epoch
+                                    );
+                                }
+                                Ok(false) => {}
+                                Err(e) => self.log_once(&format!("take-over: {e}")),
+                            },
+                            Err(why) => self.log_once(&format!("leader lost: {why}")),
+                        }
+                    }
+                }
+                Err(e) => self.log_once(&format!("etcd unreachable: {e}")),
+            }
+            std::thread::sleep(TICK);
+        }
+    }
+}
+
+/// The peer's replication port refuses connections (nobody listens: its process is gone).
+fn refuses(addr: SocketAddr) -> bool {
+    matches!(TcpStream::connect_timeout(&addr, Duration::from_millis(100)),
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused)
+}
+
+fn gauges(t: &Term, leading: bool, solo: bool) {
+    metrics::gauge!("corelog_leader").set(if leading { 1.0 } else { 0.0 });
+    metrics::gauge!("corelog_epoch").set(t.epoch as f64);
+    metrics::gauge!("corelog_insync_replicas").set(t.isr.len() as f64);
+    metrics::gauge!("corelog_degraded").set(if leading && solo { 1.0 } else { 0.0 });
+    crate::metrics::set_health(&format!(
+        "role={} epoch={} insync={} degraded={}",
+        if leading { "leader" } else { "follower" },
+        t.epoch,
+        t.isr.len(),
+        u8::from(leading && solo)
+    ));
+}
+
+/// Stops the data plane and re-executes this process to take its new role from etcd.
+fn restart(ctl: &ControlCell, why: &str) -> ! {
+    eprintln!("corelog: coordinator: {why}: re-executing to change role");
+    ctl.stop();
+    let until = Instant::now() + Duration::from_secs(5);
+    while ctl.slots.iter().any(|s| s.writing.load(std::sync::atomic::Ordering::Acquire)) {
+        if Instant::now() > until {
+            crate::fatal("a shard write did not finish within 5 s of the stop; exiting instead of re-executing");
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let err = std::process::Command::new("/proc/self/exe").args(std::env::args_os().skip(1)).exec();
+    crate::fatal(&format!("re-exec failed: {err}"))
+}
