@@ -425,9 +425,15 @@ impl Shard {
             let first_epoch = first_record_epoch(&records);
             let last_epoch = if self.role.get() == Role::Leader { epoch } else { last_record_epoch(&records) };
             let t = Instant::now();
-            slot.writing.store(true, Ordering::Release);
+            // Set before checking stop (both SeqCst): either the coordinator sees this
+            // write in flight and waits for it before re-executing, or we see the stop.
+            slot.writing.store(true, Ordering::SeqCst);
+            if self.cfg.ctl.stopping() {
+                slot.writing.store(false, Ordering::SeqCst);
+                return;
+            }
             let written = self.log.write_batch(b.count, epoch, &records, first_epoch, last_epoch).await;
-            slot.writing.store(false, Ordering::Release);
+            slot.writing.store(false, Ordering::SeqCst);
             if let Err(e) = written {
                 crate::fatal(&format!(
                     "shard {}: write/fdatasync of batch at offset {} failed: {e}; stopping without acknowledging it",

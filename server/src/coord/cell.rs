@@ -84,11 +84,13 @@ impl ControlCell {
     }
 
     pub fn stopping(&self) -> bool {
-        self.stop.load(Ordering::Acquire)
+        self.stop.load(Ordering::SeqCst)
     }
 
+    /// After this returns, a shard either sees the stop before its next write or has
+    /// its `writing` flag visibly set (SeqCst on both sides).
     pub fn stop(&self) {
-        self.stop.store(true, Ordering::Release);
+        self.stop.store(true, Ordering::SeqCst);
     }
 
     pub fn gen(&self) -> u64 {

@@ -80,7 +80,8 @@ pub struct Coordinator {
     disk_epoch: u32,
     decision: Option<Decision>,
     term_rev: i64,
-    last_err: String,
+    /// Last line logged per kind of trouble, and when (repeats at most every 10 s).
+    said: std::collections::HashMap<&'static str, (String, Instant)>,
 }
 
 impl Coordinator {
@@ -106,7 +107,7 @@ impl Coordinator {
             disk_epoch,
             decision: None,
             term_rev: 0,
-            last_err: String::new(),
+            said: Default::default(),
         };
         loop {
             match c.try_start() {
@@ -116,7 +117,7 @@ impl Coordinator {
                 }
                 Ok(None) => {}
                 Err(e) => {
-                    c.log_once(&format!("etcd {}: {e} (no node can lead without etcd; retrying)", c.cfg.endpoints))
+                    c.note("etcd", &format!("etcd {}: {e} (no node can lead without etcd; retrying)", c.cfg.endpoints))
                 }
             }
             std::thread::sleep(TICK * 2);
@@ -127,10 +128,16 @@ impl Coordinator {
         format!("{}{name}", self.prefix)
     }
 
-    fn log_once(&mut self, msg: &str) {
-        if msg != self.last_err {
+    /// Logs `msg` unless the same `kind` said the same within the last 10 s.
+    fn note(&mut self, kind: &'static str, msg: &str) {
+        let now = Instant::now();
+        let fresh = match self.said.get(kind) {
+            Some((m, at)) => m != msg || now.duration_since(*at) >= Duration::from_secs(10),
+            None => true,
+        };
+        if fresh {
             eprintln!("corelog: coordinator: {msg}");
-            self.last_err = msg.to_string();
+            self.said.insert(kind, (msg.to_string(), now));
         }
     }
 
@@ -161,7 +168,7 @@ impl Coordinator {
                 Ok(Some(Decision { leading: false, term: t }))
             }
             Start::Wait(why) => {
-                self.log_once(&why);
+                self.note("wait", &why);
                 Ok(None)
             }
         }
@@ -216,7 +223,9 @@ impl Coordinator {
                         next_renew = now + ttl / 4;
                     }
                     Ok(false) => return format!("lease {} expired in etcd", self.lease),
-                    Err(e) => self.log_once(&format!("cannot renew the lease ({e}); acknowledgements stop at its end")),
+                    Err(e) => {
+                        self.note("renew", &format!("cannot renew the lease ({e}); acknowledgements stop at its end"))
+                    }
                 }
             }
             match self.read() {
@@ -226,10 +235,10 @@ impl Coordinator {
                     }
                     t = view.term.expect("checked by still_leading").0;
                     if let Err(e) = self.manage_isr(ctl, &t) {
-                        self.log_once(&format!("in-sync set: {e}"));
+                        self.note("isr", &format!("in-sync set: {e}"));
                     }
                 }
-                Err(e) => self.log_once(&format!("etcd unreachable: {e}")),
+                Err(e) => self.note("etcd", &format!("etcd unreachable: {e}")),
             }
             std::thread::sleep(TICK);
         }
@@ -299,9 +308,9 @@ impl Coordinator {
                     Ok(true) => next_renew = now + self.cfg.lease_ttl / 4,
                     Ok(false) => match self.etcd.grant(self.cfg.lease_ttl.as_secs() as i64) {
                         Ok(l) => self.lease = l,
-                        Err(e) => self.log_once(&format!("lease grant: {e}")),
+                        Err(e) => self.note("renew", &format!("lease grant: {e}")),
                     },
-                    Err(e) => self.log_once(&format!("etcd unreachable: {e}")),
+                    Err(e) => self.note("etcd", &format!("etcd unreachable: {e}")),
                 }
             }
             let lost: u64 = ctl.slots.iter().map(|s| s.links_lost.load(std::sync::atomic::Ordering::Acquire)).sum();
@@ -331,13 +340,13 @@ impl Coordinator {
                                     );
                                 }
                                 Ok(false) => {}
-                                Err(e) => self.log_once(&format!("take-over: {e}")),
+                                Err(e) => self.note("take-over", &format!("take-over: {e}")),
                             },
-                            Err(why) => self.log_once(&format!("leader lost: {why}")),
+                            Err(why) => self.note("take-over", &format!("leader lost: {why}")),
                         }
                     }
                 }
-                Err(e) => self.log_once(&format!("etcd unreachable: {e}")),
+                Err(e) => self.note("etcd", &format!("etcd unreachable: {e}")),
             }
             std::thread::sleep(TICK);
         }
@@ -369,7 +378,7 @@ fn restart(ctl: &ControlCell, why: &str) -> ! {
     eprintln!("corelog: coordinator: {why}: re-executing to change role");
     ctl.stop();
     let until = Instant::now() + Duration::from_secs(5);
-    while ctl.slots.iter().any(|s| s.writing.load(std::sync::atomic::Ordering::Acquire)) {
+    while ctl.slots.iter().any(|s| s.writing.load(std::sync::atomic::Ordering::SeqCst)) {
         if Instant::now() > until {
             crate::fatal("a shard write did not finish within 5 s of the stop; exiting instead of re-executing");
         }
