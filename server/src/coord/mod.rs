@@ -384,6 +384,8 @@ fn restart(ctl: &ControlCell, why: &str) -> ! {
         }
         std::thread::sleep(Duration::from_millis(1));
     }
-    let err = std::process::Command::new("/proc/self/exe").args(std::env::args_os().skip(1)).exec();
+    let mut args = std::env::args_os();
+    let arg0 = args.next().unwrap_or_else(|| "corelog".into());
+    let err = std::process::Command::new("/proc/self/exe").arg0(arg0).args(args).exec();
     crate::fatal(&format!("re-exec failed: {err}"))
 }
