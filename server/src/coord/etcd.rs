@@ -132,11 +132,12 @@ impl Etcd {
         }
     }
 
-    /// Renews lease `id`; Ok(false) when it has already expired.
-    pub fn keep_alive(&mut self, id: i64) -> Result<bool, String> {
+    /// Renews lease `id`: its TTL as granted again, or None when it has already expired.
+    pub fn keep_alive(&mut self, id: i64) -> Result<Option<Duration>, String> {
         let v = self.call("/v3/lease/keepalive", &json!({"ID": id.to_string()}))?;
         let r = v.get("result").ok_or_else(|| format!("keep-alive: unexpected answer {v}"))?;
-        Ok(num(r.get("TTL")) > 0)
+        let ttl = num(r.get("TTL"));
+        Ok((ttl > 0).then(|| Duration::from_secs(ttl as u64)))
     }
 }
 

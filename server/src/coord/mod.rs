@@ -80,6 +80,9 @@ pub struct Coordinator {
     disk_epoch: u32,
     decision: Option<Decision>,
     term_rev: i64,
+    /// Leader: adding the follower back (the `gen` of the switch to two-copy acks, and
+    /// until when it may take to confirm every acknowledged record).
+    expanding: Option<(u64, Instant)>,
     /// Last line logged per kind of trouble, and when (repeats at most every 10 s).
     said: std::collections::HashMap<&'static str, (String, Instant)>,
 }
@@ -107,6 +110,7 @@ impl Coordinator {
             disk_epoch,
             decision: None,
             term_rev: 0,
+            expanding: None,
             said: Default::default(),
         };
         loop {
@@ -218,11 +222,14 @@ impl Coordinator {
             let now = Instant::now();
             if now >= next_renew {
                 match self.etcd.keep_alive(self.lease) {
-                    Ok(true) => {
-                        ctl.set_lease_until(now + ttl - self.cfg.margin());
+                    Ok(Some(granted)) => {
+                        // etcd counts `granted` from when it received this renewal,
+                        // after `now`: stop acking a margin before that.
+                        let ttl = granted.min(ttl);
+                        ctl.set_lease_until(now + ttl.saturating_sub(self.cfg.margin()));
                         next_renew = now + ttl / 4;
                     }
-                    Ok(false) => return format!("lease {} expired in etcd", self.lease),
+                    Ok(None) => return format!("lease {} expired in etcd", self.lease),
                     Err(e) => {
                         self.note("renew", &format!("cannot renew the lease ({e}); acknowledgements stop at its end"))
                     }
@@ -270,31 +277,41 @@ impl Coordinator {
             return Ok(());
         }
         // The follower is out of the set: bring it back once it holds everything acked.
-        if !ctl.slots.iter().all(|s| s.near.load(std::sync::atomic::Ordering::Acquire)) {
-            return Ok(());
-        }
-        let was_solo = ctl.solo();
-        ctl.set_solo(false); // two-copy acks from here on, before the set says so
-        let g = ctl.gen();
-        let until = Instant::now() + self.cfg.isr_timeout;
-        while !ctl.slots.iter().all(|s| s.in_sync_gen.load(std::sync::atomic::Ordering::Acquire) >= g) {
-            if Instant::now() >= until {
-                ctl.set_solo(was_solo);
-                return Err(format!(
-                    "follower {peer} did not confirm every acknowledged record within {:?}",
-                    self.cfg.isr_timeout
-                ));
+        // Over several ticks (the lease keeps being renewed meanwhile): switch to
+        // two-copy acks first, wait until every shard's follower holds every acked
+        // record (`in_sync_gen` fresh after the switch), then write the set.
+        let solo_allowed = self.cfg.min_insync < 2;
+        match self.expanding {
+            None => {
+                if ctl.slots.iter().all(|s| s.near.load(std::sync::atomic::Ordering::Acquire)) {
+                    ctl.set_solo(false);
+                    self.expanding = Some((ctl.gen(), now + self.cfg.isr_timeout));
+                }
+                Ok(())
             }
-            std::thread::sleep(Duration::from_millis(5));
+            Some((g, until)) => {
+                if !ctl.slots.iter().all(|s| s.in_sync_gen.load(std::sync::atomic::Ordering::Acquire) >= g) {
+                    if now < until {
+                        return Ok(());
+                    }
+                    self.expanding = None;
+                    ctl.set_solo(solo_allowed);
+                    return Err(format!(
+                        "follower {peer} did not confirm every acknowledged record within {:?}; acking as before",
+                        self.cfg.isr_timeout
+                    ));
+                }
+                self.expanding = None;
+                let isr = vec![self.cfg.node_id.clone(), peer.clone()];
+                if self.set_isr(t, isr.clone())? {
+                    gauges(&Term { isr, ..t.clone() }, true, false);
+                    eprintln!("corelog: coordinator: follower {peer} caught up: back in the in-sync set of epoch {}; acknowledging on both fsyncs", t.epoch);
+                } else {
+                    ctl.set_solo(solo_allowed);
+                }
+                Ok(())
+            }
         }
-        let isr = vec![self.cfg.node_id.clone(), peer.clone()];
-        if self.set_isr(t, isr.clone())? {
-            gauges(&Term { isr, ..t.clone() }, true, false);
-            eprintln!("corelog: coordinator: follower {peer} caught up: back in the in-sync set of epoch {}; acknowledging on both fsyncs", t.epoch);
-        } else {
-            ctl.set_solo(was_solo);
-        }
-        Ok(())
     }
 
     /// Keeps our lease (needed to claim the leader key); returns why we take over.
@@ -305,8 +322,8 @@ impl Coordinator {
             let now = Instant::now();
             if now >= next_renew {
                 match self.etcd.keep_alive(self.lease) {
-                    Ok(true) => next_renew = now + self.cfg.lease_ttl / 4,
-                    Ok(false) => match self.etcd.grant(self.cfg.lease_ttl.as_secs() as i64) {
+                    Ok(Some(_)) => next_renew = now + self.cfg.lease_ttl / 4,
+                    Ok(None) => match self.etcd.grant(self.cfg.lease_ttl.as_secs() as i64) {
                         Ok(l) => self.lease = l,
                         Err(e) => self.note("renew", &format!("lease grant: {e}")),
                     },
