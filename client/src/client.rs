@@ -12,12 +12,24 @@
 //! ```
 //!
 //! One connection carries many requests at once (pipelined, answered in order): clone the
-//! `Client` into as many tasks as you like. An append answered `NotLeader` is retried once
-//! on the leader the follower names (the write was not taken, so the retry is safe).
+//! `Client` into as many tasks as you like.
+//!
+//! Several nodes: `Client::connect("A,B", cfg)`. An append follows leadership by itself
+//! for up to `ClientConfig::with_failover_timeout` (default 5 s): on `NotLeader` it goes
+//! to the node the answer names (or the next address), on `Unavailable`/`Fenced` or when
+//! no connection could be opened or the request could not be handed to one, it tries the
+//! next address — all cases where nothing was written, so the retry is safe. When a
+//! connection breaks after the request was sent and before its answer, the append fails
+//! with an error whose [`Error::outcome`] is [`Outcome::Unknown`] and is **not** retried
+//! (a retry could store the event twice); the next call reconnects. `OutcomeUnknown` and
+//! `ReplicationTimeout` answers are unknown outcomes too. A request unanswered for
+//! `with_request_timeout` (default 30 s) fails as unknown and drops its connection.
 
 use std::collections::VecDeque;
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -40,9 +52,25 @@ pub enum Error {
         code: u16,
         message: String,
     },
-    /// The connection closed before the answer arrived.
+    /// The connection closed before the answer arrived (the request may have been sent:
+    /// outcome unknown for an append).
     Closed,
     Protocol(String),
+    /// No node could be reached (nothing was sent).
+    Unreachable(String),
+    /// The request was never handed to a connection (it had closed): nothing was sent.
+    NotSent,
+    /// No answer within the request timeout (outcome unknown for an append).
+    Timeout(Duration),
+}
+
+/// What a failed append may have left behind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Refused before it was taken: it is not in the log.
+    NotWritten,
+    /// It may or may not be in the log (read the log to find out).
+    Unknown,
 }
 
 impl Error {
@@ -50,6 +78,23 @@ impl Error {
         match self {
             Error::Server { code, .. } => ErrorCode::from_u16(*code),
             _ => None,
+        }
+    }
+
+    /// Whether a failed append may be in the log.
+    pub fn outcome(&self) -> Outcome {
+        use ErrorCode::*;
+        match self {
+            Error::Unreachable(_) | Error::NotSent | Error::Tls(_) => Outcome::NotWritten,
+            Error::Codec(codec::CodecError::PayloadTooLarge(_)) => Outcome::NotWritten,
+            Error::Server { .. } => match self.code() {
+                Some(
+                    NotLeader | Unavailable | Fenced | BadFrame | TooLarge | UnknownOpcode | BadVersion | NoSuchShard
+                    | Overloaded | ShuttingDown | BadHandshake,
+                ) => Outcome::NotWritten,
+                _ => Outcome::Unknown,
+            },
+            _ => Outcome::Unknown,
         }
     }
 }
@@ -64,8 +109,11 @@ impl std::fmt::Display for Error {
                 let name = ErrorCode::from_u16(*code).map(|c| format!("{c:?}")).unwrap_or_default();
                 write!(f, "server error {code} {name}: {message}")
             }
-            Error::Closed => write!(f, "connection closed"),
+            Error::Closed => write!(f, "connection closed before the answer"),
             Error::Protocol(m) => write!(f, "protocol: {m}"),
+            Error::Unreachable(m) => write!(f, "no node reachable: {m}"),
+            Error::NotSent => write!(f, "connection closed before the request was sent"),
+            Error::Timeout(d) => write!(f, "no answer within {d:?}"),
         }
     }
 }
@@ -106,7 +154,14 @@ pub struct ServerInfo {
 #[derive(Clone)]
 pub struct ClientConfig {
     tls: Option<(Arc<rustls::ClientConfig>, rustls::pki_types::ServerName<'static>)>,
+    failover_timeout: Duration,
+    request_timeout: Duration,
+    connect_timeout: Duration,
 }
+
+const FAILOVER_TIMEOUT: Duration = Duration::from_secs(5);
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
 impl ClientConfig {
     pub fn mtls(
@@ -118,16 +173,37 @@ impl ClientConfig {
         let cfg = tls::client_config(ca.as_ref(), Some((cert.as_ref(), key.as_ref()))).map_err(Error::Tls)?;
         let name = rustls::pki_types::ServerName::try_from(server_name.to_string())
             .map_err(|e| Error::Tls(format!("server name {server_name}: {e}")))?;
-        Ok(ClientConfig { tls: Some((Arc::new(cfg), name)) })
+        Ok(ClientConfig::with_tls(Some((Arc::new(cfg), name))))
+    }
+
+    fn with_tls(tls: Option<(Arc<rustls::ClientConfig>, rustls::pki_types::ServerName<'static>)>) -> Self {
+        ClientConfig {
+            tls,
+            failover_timeout: FAILOVER_TIMEOUT,
+            request_timeout: REQUEST_TIMEOUT,
+            connect_timeout: CONNECT_TIMEOUT,
+        }
+    }
+
+    /// How long an append keeps looking for a leader that takes it (default 5 s).
+    pub fn with_failover_timeout(mut self, d: Duration) -> Self {
+        self.failover_timeout = d;
+        self
+    }
+
+    /// How long a request waits for its answer (default 30 s; then outcome unknown).
+    pub fn with_request_timeout(mut self, d: Duration) -> Self {
+        self.request_timeout = d;
+        self
     }
     /// From an already built rustls config (e.g. one with no client certificate, for tests).
     pub fn from_rustls(cfg: Arc<rustls::ClientConfig>, server_name: &str) -> Result<Self, Error> {
         let name = rustls::pki_types::ServerName::try_from(server_name.to_string())
             .map_err(|e| Error::Tls(format!("server name {server_name}: {e}")))?;
-        Ok(ClientConfig { tls: Some((cfg, name)) })
+        Ok(ClientConfig::with_tls(Some((cfg, name))))
     }
     pub fn insecure() -> Self {
-        ClientConfig { tls: None }
+        ClientConfig::with_tls(None)
     }
 }
 
@@ -135,7 +211,9 @@ trait Stream: AsyncRead + AsyncWrite + Unpin + Send {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send> Stream for T {}
 
 async fn open(addr: &str, cfg: &ClientConfig) -> Result<Box<dyn Stream>, Error> {
-    let tcp = TcpStream::connect(addr).await?;
+    let tcp = tokio::time::timeout(cfg.connect_timeout, TcpStream::connect(addr))
+        .await
+        .map_err(|_| Error::Io(std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out")))??;
     tcp.set_nodelay(true)?;
     match &cfg.tls {
         None => Ok(Box::new(tcp)),
@@ -243,7 +321,7 @@ impl Conn {
                     c.frame[5..13].copy_from_slice(&next_id.to_le_bytes());
                     let mut w = w_waiting.lock().unwrap();
                     if w.closed {
-                        let _ = c.reply.send(Err(Error::Closed));
+                        let _ = c.reply.send(Err(Error::NotSent));
                         return;
                     }
                     w.queue.push_back((next_id, c.reply));
@@ -291,63 +369,159 @@ impl Conn {
         Ok(Conn { tx, info })
     }
 
-    async fn call(&self, frame: Vec<u8>) -> Result<Reply, Error> {
+    async fn call(&self, frame: Vec<u8>, timeout: Duration) -> Result<Reply, Error> {
         let (reply, rx) = oneshot::channel();
-        self.tx.send(Cmd { frame, reply }).await.map_err(|_| Error::Closed)?;
-        rx.await.map_err(|_| Error::Closed)?
+        self.tx.send(Cmd { frame, reply }).await.map_err(|_| Error::NotSent)?;
+        match tokio::time::timeout(timeout, rx).await {
+            Ok(r) => r.map_err(|_| Error::Closed)?,
+            Err(_) => Err(Error::Timeout(timeout)),
+        }
     }
 }
 
-/// A handle to one server connection; cheap to clone, safe to use from many tasks.
+/// A handle to a cluster's nodes (one connection at a time); cheap to clone, safe to use
+/// from many tasks.
 #[derive(Clone)]
 pub struct Client {
-    conn: Arc<Mutex<Arc<Conn>>>,
+    addrs: Arc<Vec<String>>,
+    /// Index into `addrs` of the node to try next when the connection must change.
+    next: Arc<AtomicUsize>,
+    conn: Arc<Mutex<Option<Arc<Conn>>>>,
     cfg: ClientConfig,
 }
 
+/// `"A,B"` → `["A", "B"]`.
+fn split_addrs(addrs: &str) -> Vec<String> {
+    addrs.split(',').map(str::trim).filter(|a| !a.is_empty()).map(String::from).collect()
+}
+
 impl Client {
+    /// Connects to the first reachable node of `addr` (`host:port`, or several separated
+    /// by commas).
     pub async fn connect(addr: &str, cfg: &ClientConfig) -> Result<Client, Error> {
-        let conn = Conn::open(addr, cfg).await?;
-        Ok(Client { conn: Arc::new(Mutex::new(Arc::new(conn))), cfg: cfg.clone() })
+        let addrs = split_addrs(addr);
+        if addrs.is_empty() {
+            return Err(Error::Unreachable(format!("no address in {addr:?}")));
+        }
+        let c = Client {
+            addrs: Arc::new(addrs),
+            next: Arc::new(AtomicUsize::new(0)),
+            conn: Arc::new(Mutex::new(None)),
+            cfg: cfg.clone(),
+        };
+        c.connection().await?;
+        Ok(c)
     }
 
     /// Connects to the direct port of `shard` (client port + 1 + shard), which is
     /// served by that shard's executor: use it to read or tail a given shard.
     pub async fn connect_shard(addr: &str, shard: u16, cfg: &ClientConfig) -> Result<Client, Error> {
-        Client::connect(&shard_addr(addr, shard)?, cfg).await
+        let direct: Result<Vec<String>, Error> = split_addrs(addr).iter().map(|a| shard_addr(a, shard)).collect();
+        Client::connect(&direct?.join(","), cfg).await
     }
 
     pub async fn info(&self) -> ServerInfo {
-        self.conn.lock().await.info
+        match self.connection().await {
+            Ok(c) => c.info,
+            Err(_) => ServerInfo { shard: 0, shard_count: 0, role: Role::Follower, epoch: 0 },
+        }
     }
 
-    async fn current(&self) -> Arc<Conn> {
-        self.conn.lock().await.clone()
+    /// The current connection, or a new one to the first node (from `next`) that answers.
+    async fn connection(&self) -> Result<Arc<Conn>, Error> {
+        let mut g = self.conn.lock().await;
+        if let Some(c) = g.as_ref() {
+            return Ok(c.clone());
+        }
+        let mut errs = Vec::new();
+        for _ in 0..self.addrs.len() {
+            let i = self.next.load(Ordering::Relaxed) % self.addrs.len();
+            let a = &self.addrs[i];
+            match Conn::open(a, &self.cfg).await {
+                Ok(c) => {
+                    let c = Arc::new(c);
+                    *g = Some(c.clone());
+                    return Ok(c);
+                }
+                Err(e) => {
+                    errs.push(format!("{a}: {e}"));
+                    self.next.store(i + 1, Ordering::Relaxed);
+                }
+            }
+        }
+        Err(Error::Unreachable(errs.join("; ")))
+    }
+
+    /// Drops `old` if it is still the current connection; the next one starts at `to`
+    /// (an address, added to the list if new) or at the address after the current one.
+    async fn move_on(&self, old: &Arc<Conn>, to: Option<&str>) {
+        let mut g = self.conn.lock().await;
+        if g.as_ref().is_some_and(|c| Arc::ptr_eq(c, old)) {
+            *g = None;
+            match to.and_then(|t| self.addrs.iter().position(|a| a == t)) {
+                Some(i) => self.next.store(i, Ordering::Relaxed),
+                None => {
+                    self.next.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
     }
 
     /// Appends one event; returns its position once it is durable on every replica.
+    /// Follows leadership changes (see the module docs); a failed append says with
+    /// [`Error::outcome`] whether it may be in the log.
     pub async fn append(&self, payload: &[u8]) -> Result<Position, Error> {
         if payload.len() > codec::MAX_PAYLOAD {
             return Err(Error::Codec(codec::CodecError::PayloadTooLarge(payload.len())));
         }
         let mut frame = Vec::with_capacity(payload.len() + codec::FRAME_HEADER_LEN);
         codec::encode_append(0, payload, &mut frame);
-        let conn = self.current().await;
-        let reply = conn.call(frame.clone()).await?;
-        match reply.response() {
-            Ok(Response::Appended { shard, offset }) => Ok(Position { shard, offset }),
-            Err(Error::Server { code, message }) if code == ErrorCode::NotLeader as u16 && !message.is_empty() => {
-                // Follow the leader once; the follower did not take the write.
-                let leader = Conn::open(&message, &self.cfg).await?;
-                let leader = Arc::new(leader);
-                *self.conn.lock().await = leader.clone();
-                match leader.call(frame).await?.response()? {
-                    Response::Appended { shard, offset } => Ok(Position { shard, offset }),
-                    _ => Err(Error::Protocol("expected Appended".into())),
-                }
+        let give_up = Instant::now() + self.cfg.failover_timeout;
+        let mut backoff = Duration::from_millis(20);
+        loop {
+            let err = match self.connection().await {
+                Err(e) => e,
+                Ok(conn) => match conn.call(frame.clone(), self.cfg.request_timeout).await {
+                    Ok(reply) => match reply.response() {
+                        Ok(Response::Appended { shard, offset }) => return Ok(Position { shard, offset }),
+                        Ok(_) => return Err(Error::Protocol("expected Appended".into())),
+                        Err(e) if e.code() == Some(ErrorCode::NotLeader) => {
+                            let to = match &e {
+                                Error::Server { message, .. } if !message.is_empty() => Some(message.clone()),
+                                _ => None,
+                            };
+                            if let Some(t) = &to {
+                                if !self.addrs.contains(t) {
+                                    // A leader outside the list: follow it this once.
+                                    let c = Arc::new(Conn::open(t, &self.cfg).await?);
+                                    *self.conn.lock().await = Some(c);
+                                    continue;
+                                }
+                            }
+                            self.move_on(&conn, to.as_deref()).await;
+                            e
+                        }
+                        Err(e) if matches!(e.code(), Some(ErrorCode::Unavailable | ErrorCode::Fenced)) => {
+                            self.move_on(&conn, None).await;
+                            e
+                        }
+                        Err(e) => return Err(e),
+                    },
+                    Err(e) => {
+                        self.move_on(&conn, None).await;
+                        if e.outcome() == Outcome::Unknown {
+                            return Err(e);
+                        }
+                        e
+                    }
+                },
+            };
+            // Nothing was written: safe to try again, elsewhere, until the budget ends.
+            if Instant::now() + backoff >= give_up {
+                return Err(err);
             }
-            Err(e) => Err(e),
-            Ok(_) => Err(Error::Protocol("expected Appended".into())),
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_millis(200));
         }
     }
 
@@ -355,7 +529,14 @@ impl Client {
     pub async fn read(&self, shard: u16, from: u64, max_bytes: u32) -> Result<Vec<Record>, Error> {
         let mut frame = Vec::new();
         Request::Read { shard, from, max_bytes }.encode(0, &mut frame);
-        let reply = self.current().await.call(frame).await?;
+        let conn = self.connection().await?;
+        let reply = match conn.call(frame, self.cfg.request_timeout).await {
+            Ok(r) => r,
+            Err(e) => {
+                self.move_on(&conn, None).await;
+                return Err(e);
+            }
+        };
         match reply.response()? {
             Response::Records { records, .. } => to_records(records),
             _ => Err(Error::Protocol("expected Records".into())),
@@ -393,7 +574,8 @@ impl Tail {
     /// Tails `shard` of the node whose client address is `addr` (connects to the shard's
     /// direct port).
     pub async fn start(addr: &str, cfg: &ClientConfig, shard: u16, from: u64) -> Result<Tail, Error> {
-        let stream = open(&shard_addr(addr, shard)?, cfg).await?;
+        let first = split_addrs(addr).into_iter().next().unwrap_or_default();
+        let stream = open(&shard_addr(&first, shard)?, cfg).await?;
         let (r, mut w) = tokio::io::split(stream);
         let mut reader = FrameReader::new(r);
         let mut out = Vec::new();

@@ -10,5 +10,5 @@ pub mod codec;
 pub mod record;
 pub mod tls;
 
-pub use client::{shard_addr, Client, ClientConfig, Error, Position, Record, ServerInfo, Tail};
+pub use client::{shard_addr, Client, ClientConfig, Error, Outcome, Position, Record, ServerInfo, Tail};
 pub use codec::{ErrorCode, Role};

@@ -8,7 +8,8 @@ use corelog_client::{Client, ClientConfig, Tail};
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct ConnArgs {
-    /// Node client address (host:port).
+    /// Node client address (host:port), or several separated by commas: appends follow
+    /// the leader among them (docs/protocol.md §6); reads use the first that answers.
     #[arg(long, default_value = "127.0.0.1:9400")]
     pub addr: String,
     /// CA that signed the server certificate.
