@@ -20,6 +20,7 @@ pub mod replica;
 pub mod shard;
 pub mod sync;
 pub mod wal;
+pub mod workload;
 
 /// Stops the process on an unrecoverable error (fsync/write failure, corruption found
 /// while running): one clear line, non-zero exit, nothing acknowledged after it.
