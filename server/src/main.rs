@@ -77,6 +77,8 @@ enum Cmd {
     },
     /// Generate certs, start a leader and a follower, run a short load, print results.
     Quickstart(quickstart::Args),
+    /// Closed-loop load recording every operation, then a read-back cross-check.
+    Workload(corelog_server::workload::Args),
     /// Control-plane operations.
     Admin {
         #[command(subcommand)]
@@ -306,6 +308,7 @@ fn main() {
             }
         }),
         Cmd::Quickstart(a) => quickstart::run(a),
+        Cmd::Workload(a) => corelog_server::workload::main(a),
         Cmd::Admin { cmd: AdminCmd::Promote { data_dir, epoch } } => control::promote(&data_dir, epoch).map(|e| {
             println!("promoted {}: epoch {e}; start it with `corelog serve --role leader`", data_dir.display())
         }),

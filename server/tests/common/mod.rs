@@ -13,6 +13,8 @@ use std::time::{Duration, Instant};
 
 use corelog_client::{Client, ClientConfig, Position, Record};
 
+pub mod etcd;
+
 pub const BIN: &str = env!("CARGO_BIN_EXE_corelog");
 
 /// A block of free ports: client P, direct P+1.., repl R.., metrics M.
