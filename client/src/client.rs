@@ -14,16 +14,27 @@
 //! One connection carries many requests at once (pipelined, answered in order): clone the
 //! `Client` into as many tasks as you like.
 //!
-//! Several nodes: `Client::connect("A,B", cfg)`. An append follows leadership by itself
-//! for up to `ClientConfig::with_failover_timeout` (default 5 s): on `NotLeader` it goes
-//! to the node the answer names (or the next address), on `Unavailable`/`Fenced` or when
-//! no connection could be opened or the request could not be handed to one, it tries the
+//! Several nodes: `Client::connect("A,B", cfg)` connects to the first that answers (in
+//! order). An append follows leadership by itself for up to
+//! `ClientConfig::with_failover_timeout` (default 5 s, back-off 20 ms doubling to 200 ms):
+//! on `NotLeader` it goes to the node the answer names (even one not in the list) or, when
+//! the message is empty, to the next address; on `Unavailable`/`Fenced` or when no
+//! connection could be opened or the request could not be handed to one, it tries the
 //! next address — all cases where nothing was written, so the retry is safe. When a
 //! connection breaks after the request was sent and before its answer, the append fails
 //! with an error whose [`Error::outcome`] is [`Outcome::Unknown`] and is **not** retried
 //! (a retry could store the event twice); the next call reconnects. `OutcomeUnknown` and
 //! `ReplicationTimeout` answers are unknown outcomes too. A request unanswered for
 //! `with_request_timeout` (default 30 s) fails as unknown and drops its connection.
+//!
+//! [`Error::outcome`] classifies any failed append. [`Outcome::NotWritten`]: refused
+//! before it was taken — `NotLeader`, `Unavailable`, `Fenced`, `BadFrame`, `TooLarge`,
+//! `UnknownOpcode`, `BadVersion`, `NoSuchShard`, `Overloaded`, `ShuttingDown`,
+//! `BadHandshake`, a payload over the maximum, or no connection (connect/TLS/Hello failure,
+//! connection closed before the request was handed to it). [`Outcome::Unknown`]: everything
+//! else — the connection lost after sending (`Closed`, `Io`), no answer in time,
+//! `OutcomeUnknown`, `ReplicationTimeout`, `Internal`, a protocol violation; read the log to
+//! find out.
 
 use std::collections::VecDeque;
 use std::path::Path;
@@ -161,7 +172,7 @@ pub struct ClientConfig {
 
 const FAILOVER_TIMEOUT: Duration = Duration::from_secs(5);
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 
 impl ClientConfig {
     pub fn mtls(
@@ -188,6 +199,13 @@ impl ClientConfig {
     /// How long an append keeps looking for a leader that takes it (default 5 s).
     pub fn with_failover_timeout(mut self, d: Duration) -> Self {
         self.failover_timeout = d;
+        self
+    }
+
+    /// How long opening a connection may take — TCP, TLS and the `HelloOk` — before the
+    /// next address is tried (default 3 s).
+    pub fn with_connect_timeout(mut self, d: Duration) -> Self {
+        self.connect_timeout = d;
         self
     }
 
@@ -295,7 +313,15 @@ struct Conn {
 }
 
 impl Conn {
+    /// Connects, handshakes and says Hello, all within the connect timeout.
     async fn open(addr: &str, cfg: &ClientConfig) -> Result<Conn, Error> {
+        match tokio::time::timeout(cfg.connect_timeout, Conn::open_now(addr, cfg)).await {
+            Ok(r) => r,
+            Err(_) => Err(Error::Io(std::io::Error::new(std::io::ErrorKind::TimedOut, "no HelloOk in time"))),
+        }
+    }
+
+    async fn open_now(addr: &str, cfg: &ClientConfig) -> Result<Conn, Error> {
         let stream = open(addr, cfg).await?;
         let (r, mut w) = tokio::io::split(stream);
         let mut reader = FrameReader::new(r);
@@ -338,6 +364,9 @@ impl Conn {
                     break;
                 }
             }
+            // Every handle is gone (or the socket failed): let the server close its side,
+            // which ends the reader task too.
+            let _ = w.shutdown().await;
         });
         tokio::spawn(async move {
             loop {
@@ -386,6 +415,8 @@ pub struct Client {
     addrs: Arc<Vec<String>>,
     /// Index into `addrs` of the node to try next when the connection must change.
     next: Arc<AtomicUsize>,
+    /// A leader named by `NotLeader` that is not in `addrs`: tried first, once.
+    hint: Arc<std::sync::Mutex<Option<String>>>,
     conn: Arc<Mutex<Option<Arc<Conn>>>>,
     cfg: ClientConfig,
 }
@@ -406,11 +437,17 @@ impl Client {
         let c = Client {
             addrs: Arc::new(addrs),
             next: Arc::new(AtomicUsize::new(0)),
+            hint: Default::default(),
             conn: Arc::new(Mutex::new(None)),
             cfg: cfg.clone(),
         };
         c.connection().await?;
         Ok(c)
+    }
+
+    /// [`Client::connect`] with the addresses as a slice.
+    pub async fn connect_any(addrs: &[String], cfg: &ClientConfig) -> Result<Client, Error> {
+        Client::connect(&addrs.join(","), cfg).await
     }
 
     /// Connects to the direct port of `shard` (client port + 1 + shard), which is
@@ -434,6 +471,17 @@ impl Client {
             return Ok(c.clone());
         }
         let mut errs = Vec::new();
+        let hint = self.hint.lock().unwrap().take();
+        if let Some(a) = hint {
+            match Conn::open(&a, &self.cfg).await {
+                Ok(c) => {
+                    let c = Arc::new(c);
+                    *g = Some(c.clone());
+                    return Ok(c);
+                }
+                Err(e) => errs.push(format!("{a}: {e}")),
+            }
+        }
         for _ in 0..self.addrs.len() {
             let i = self.next.load(Ordering::Relaxed) % self.addrs.len();
             let a = &self.addrs[i];
@@ -452,14 +500,19 @@ impl Client {
         Err(Error::Unreachable(errs.join("; ")))
     }
 
-    /// Drops `old` if it is still the current connection; the next one starts at `to`
-    /// (an address, added to the list if new) or at the address after the current one.
+    /// Drops `old` if it is still the current connection (so that of many tasks that saw
+    /// it fail, one replaces it); the next one goes to `to` (an address from the list, or
+    /// one outside it, tried once before the list) or to the address after the current one.
     async fn move_on(&self, old: &Arc<Conn>, to: Option<&str>) {
         let mut g = self.conn.lock().await;
         if g.as_ref().is_some_and(|c| Arc::ptr_eq(c, old)) {
             *g = None;
-            match to.and_then(|t| self.addrs.iter().position(|a| a == t)) {
-                Some(i) => self.next.store(i, Ordering::Relaxed),
+            match to.map(|t| (t, self.addrs.iter().position(|a| a == t))) {
+                Some((_, Some(i))) => self.next.store(i, Ordering::Relaxed),
+                Some((t, None)) => {
+                    *self.hint.lock().unwrap() = Some(t.to_string());
+                    self.next.fetch_add(1, Ordering::Relaxed);
+                }
                 None => {
                     self.next.fetch_add(1, Ordering::Relaxed);
                 }
@@ -479,7 +532,12 @@ impl Client {
         let give_up = Instant::now() + self.cfg.failover_timeout;
         let mut backoff = Duration::from_millis(20);
         loop {
-            let err = match self.connection().await {
+            // Opening connections counts against the budget too.
+            let conn = match tokio::time::timeout_at(give_up.into(), self.connection()).await {
+                Ok(c) => c,
+                Err(_) => return Err(Error::Unreachable("failover budget spent connecting".into())),
+            };
+            let err = match conn {
                 Err(e) => e,
                 Ok(conn) => match conn.call(frame.clone(), self.cfg.request_timeout).await {
                     Ok(reply) => match reply.response() {
@@ -490,14 +548,6 @@ impl Client {
                                 Error::Server { message, .. } if !message.is_empty() => Some(message.clone()),
                                 _ => None,
                             };
-                            if let Some(t) = &to {
-                                if !self.addrs.contains(t) {
-                                    // A leader outside the list: follow it this once.
-                                    let c = Arc::new(Conn::open(t, &self.cfg).await?);
-                                    *self.conn.lock().await = Some(c);
-                                    continue;
-                                }
-                            }
                             self.move_on(&conn, to.as_deref()).await;
                             e
                         }
@@ -572,10 +622,22 @@ pub struct Tail {
 
 impl Tail {
     /// Tails `shard` of the node whose client address is `addr` (connects to the shard's
-    /// direct port).
+    /// direct port); with several addresses (`"A,B"`), of the first that answers.
     pub async fn start(addr: &str, cfg: &ClientConfig, shard: u16, from: u64) -> Result<Tail, Error> {
-        let first = split_addrs(addr).into_iter().next().unwrap_or_default();
-        let stream = open(&shard_addr(&first, shard)?, cfg).await?;
+        let mut errs = Vec::new();
+        for a in split_addrs(addr) {
+            let direct = shard_addr(&a, shard)?;
+            match tokio::time::timeout(cfg.connect_timeout, Tail::start_at(&direct, cfg, shard, from)).await {
+                Ok(Ok(t)) => return Ok(t),
+                Ok(Err(e)) => errs.push(format!("{direct}: {e}")),
+                Err(_) => errs.push(format!("{direct}: no answer in {:?}", cfg.connect_timeout)),
+            }
+        }
+        Err(Error::Unreachable(if errs.is_empty() { format!("no address in {addr:?}") } else { errs.join("; ") }))
+    }
+
+    async fn start_at(direct: &str, cfg: &ClientConfig, shard: u16, from: u64) -> Result<Tail, Error> {
+        let stream = open(direct, cfg).await?;
         let (r, mut w) = tokio::io::split(stream);
         let mut reader = FrameReader::new(r);
         let mut out = Vec::new();

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use corelog_client::codec::{self, decode_frame, ErrorCode, Request, Response, Role};
-use corelog_client::{Client, ClientConfig, Outcome};
+use corelog_client::{Client, ClientConfig, Error, Outcome};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
@@ -19,17 +19,27 @@ enum Behaviour {
     Drop,
     /// Store it at the next offset.
     Accept,
+    /// Never answer anything, not even Hello.
+    Silent,
 }
 
 /// A fake node: returns its address and the number of appends it received.
 async fn fake(b: Behaviour) -> (String, Arc<AtomicUsize>) {
+    let (addr, seen, _) = fake_counting(b).await;
+    (addr, seen)
+}
+
+/// Also returns the number of connections it accepted.
+async fn fake_counting(b: Behaviour) -> (String, Arc<AtomicUsize>, Arc<AtomicUsize>) {
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = l.local_addr().unwrap().to_string();
     let seen = Arc::new(AtomicUsize::new(0));
-    let count = seen.clone();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let (count, acc) = (seen.clone(), accepted.clone());
     tokio::spawn(async move {
         loop {
             let (mut s, _) = l.accept().await.unwrap();
+            acc.fetch_add(1, Ordering::SeqCst);
             let (b, count) = (b.clone(), count.clone());
             tokio::spawn(async move {
                 let mut buf = Vec::new();
@@ -38,6 +48,7 @@ async fn fake(b: Behaviour) -> (String, Arc<AtomicUsize>) {
                     while let Ok(Some((f, used))) = decode_frame(&buf) {
                         let mut out = Vec::new();
                         match Request::parse(&f).unwrap() {
+                            Request::Hello { .. } if matches!(b, Behaviour::Silent) => {}
                             Request::Hello { .. } => Response::HelloOk {
                                 version: codec::PROTOCOL_VERSION,
                                 shard: 0,
@@ -52,7 +63,7 @@ async fn fake(b: Behaviour) -> (String, Arc<AtomicUsize>) {
                                     Behaviour::Refuse(code, msg) => {
                                         codec::encode_error(f.req_id, *code as u16, msg, &mut out)
                                     }
-                                    Behaviour::Drop => return,
+                                    Behaviour::Drop | Behaviour::Silent => return,
                                     Behaviour::Accept => codec::encode_appended(f.req_id, 0, n as u64, &mut out),
                                 }
                             }
@@ -71,8 +82,11 @@ async fn fake(b: Behaviour) -> (String, Arc<AtomicUsize>) {
             });
         }
     });
-    (addr, seen)
+    (addr, seen, accepted)
 }
+
+/// Nothing listens on port 1: connecting is refused.
+const DEAD: &str = "127.0.0.1:1";
 
 fn cfg() -> ClientConfig {
     ClientConfig::insecure().with_failover_timeout(Duration::from_millis(600))
@@ -81,21 +95,76 @@ fn cfg() -> ClientConfig {
 #[tokio::test]
 async fn not_leader_with_an_address_is_followed() {
     let (leader, at_leader) = fake(Behaviour::Accept).await;
+    let (other, at_other) = fake(Behaviour::Accept).await;
     let (follower, at_follower) = fake(Behaviour::Refuse(ErrorCode::NotLeader, leader.clone())).await;
-    let c = Client::connect(&format!("{follower},{leader}"), &cfg()).await.unwrap();
+    // The named leader, not the next address in the list.
+    let c = Client::connect(&format!("{follower},{other},{leader}"), &cfg()).await.unwrap();
     assert_eq!(c.append(b"x").await.unwrap().offset, 0);
     assert_eq!(c.append(b"y").await.unwrap().offset, 1, "stays on the leader");
-    assert_eq!((at_follower.load(Ordering::SeqCst), at_leader.load(Ordering::SeqCst)), (1, 2));
+    let seen = |a: &AtomicUsize| a.load(Ordering::SeqCst);
+    assert_eq!((seen(&at_follower), seen(&at_other), seen(&at_leader)), (1, 0, 2));
 }
 
 #[tokio::test]
-async fn empty_not_leader_and_unavailable_move_to_the_next_address() {
-    let (f, _) = fake(Behaviour::Refuse(ErrorCode::NotLeader, String::new())).await;
-    let (u, _) = fake(Behaviour::Refuse(ErrorCode::Unavailable, "held".into())).await;
+async fn a_leader_outside_the_list_is_followed() {
+    let (leader, at_leader) = fake(Behaviour::Accept).await;
+    let (follower, at_follower) = fake(Behaviour::Refuse(ErrorCode::NotLeader, leader.clone())).await;
+    let c = Client::connect(&follower, &cfg()).await.unwrap();
+    c.append(b"x").await.unwrap();
+    assert_eq!((at_follower.load(Ordering::SeqCst), at_leader.load(Ordering::SeqCst)), (1, 1));
+}
+
+#[tokio::test]
+async fn empty_not_leader_unreachable_and_unavailable_move_to_the_next_address() {
+    let (f, at_f) = fake(Behaviour::Refuse(ErrorCode::NotLeader, String::new())).await;
+    let (u, at_u) = fake(Behaviour::Refuse(ErrorCode::Unavailable, "held".into())).await;
     let (l, at_l) = fake(Behaviour::Accept).await;
-    let c = Client::connect(&format!("{f},{u},{l}"), &cfg()).await.unwrap();
+    let c = Client::connect_any(&[f, DEAD.into(), u, l], &cfg()).await.unwrap();
+    c.append(b"x").await.unwrap();
+    let seen = |a: &AtomicUsize| a.load(Ordering::SeqCst);
+    assert_eq!((seen(&at_f), seen(&at_u), seen(&at_l)), (1, 1, 1));
+}
+
+#[tokio::test]
+async fn connect_takes_the_first_reachable_address() {
+    let (a, at_a) = fake(Behaviour::Accept).await;
+    let (b, at_b) = fake(Behaviour::Accept).await;
+    let c = Client::connect(&format!("{DEAD}, {a},{b}"), &cfg()).await.unwrap();
+    c.append(b"x").await.unwrap();
+    assert_eq!((at_a.load(Ordering::SeqCst), at_b.load(Ordering::SeqCst)), (1, 0));
+    let e = Client::connect(DEAD, &cfg()).await.err().expect("nothing listens");
+    assert_eq!(e.outcome(), Outcome::NotWritten, "{e}");
+}
+
+#[tokio::test]
+async fn a_node_that_never_says_hello_is_skipped() {
+    let (silent, _) = fake(Behaviour::Silent).await;
+    let (l, at_l) = fake(Behaviour::Accept).await;
+    let cfg = cfg().with_connect_timeout(Duration::from_millis(200));
+    let c = Client::connect(&format!("{silent},{l}"), &cfg).await.unwrap();
     c.append(b"x").await.unwrap();
     assert_eq!(at_l.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn many_tasks_replace_the_connection_once() {
+    let (leader, at_leader, conns_leader) = fake_counting(Behaviour::Accept).await;
+    let (follower, _) = fake(Behaviour::Refuse(ErrorCode::NotLeader, leader.clone())).await;
+    let c = Client::connect(&format!("{follower},{leader}"), &cfg()).await.unwrap();
+    let tasks: Vec<_> = (0..16u8)
+        .map(|i| {
+            let c = c.clone();
+            tokio::spawn(async move { c.append(&[i]).await })
+        })
+        .collect();
+    let mut offsets = Vec::new();
+    for t in tasks {
+        offsets.push(t.await.unwrap().unwrap().offset);
+    }
+    offsets.sort();
+    assert_eq!(offsets, (0..16).collect::<Vec<u64>>());
+    assert_eq!(at_leader.load(Ordering::SeqCst), 16);
+    assert_eq!(conns_leader.load(Ordering::SeqCst), 1, "one new connection shared by every task");
 }
 
 #[tokio::test]
@@ -116,18 +185,56 @@ async fn the_budget_ends_with_a_not_written_error_when_every_node_refuses() {
     let (a, at_a) = fake(Behaviour::Refuse(ErrorCode::NotLeader, String::new())).await;
     let (b, at_b) = fake(Behaviour::Refuse(ErrorCode::Fenced, "old".into())).await;
     let c = Client::connect(&format!("{a},{b}"), &cfg()).await.unwrap();
+    let t0 = std::time::Instant::now();
     let e = c.append(b"x").await.unwrap_err();
+    let took = t0.elapsed();
     assert_eq!(e.outcome(), Outcome::NotWritten, "{e}");
     assert!(at_a.load(Ordering::SeqCst) >= 2 && at_b.load(Ordering::SeqCst) >= 1, "retried on both");
     assert!(matches!(e.code(), Some(ErrorCode::NotLeader | ErrorCode::Fenced)));
+    // Back-off 20+40+80+160+200 ms fits in the 600 ms budget; the next 200 ms would not.
+    assert!(took >= Duration::from_millis(500), "gave up early: {took:?}");
+    assert!(took < Duration::from_secs(3), "budget not enforced: {took:?}");
 }
 
 #[tokio::test]
 async fn unknown_outcome_answers_are_not_retried() {
-    let (a, at_a) = fake(Behaviour::Refuse(ErrorCode::OutcomeUnknown, "lost".into())).await;
-    let (b, at_b) = fake(Behaviour::Accept).await;
-    let c = Client::connect(&format!("{a},{b}"), &cfg()).await.unwrap();
-    let e = c.append(b"x").await.unwrap_err();
-    assert_eq!(e.outcome(), Outcome::Unknown);
-    assert_eq!((at_a.load(Ordering::SeqCst), at_b.load(Ordering::SeqCst)), (1, 0));
+    for code in [ErrorCode::OutcomeUnknown, ErrorCode::ReplicationTimeout, ErrorCode::Internal] {
+        let (a, at_a) = fake(Behaviour::Refuse(code, "lost".into())).await;
+        let (b, at_b) = fake(Behaviour::Accept).await;
+        let c = Client::connect(&format!("{a},{b}"), &cfg()).await.unwrap();
+        let e = c.append(b"x").await.unwrap_err();
+        assert_eq!(e.code(), Some(code));
+        assert_eq!(e.outcome(), Outcome::Unknown, "{code:?}");
+        assert_eq!((at_a.load(Ordering::SeqCst), at_b.load(Ordering::SeqCst)), (1, 0), "{code:?}");
+    }
+}
+
+#[test]
+fn every_error_code_is_classified() {
+    let not_written = [
+        ErrorCode::BadFrame,
+        ErrorCode::UnknownOpcode,
+        ErrorCode::TooLarge,
+        ErrorCode::BadVersion,
+        ErrorCode::NotLeader,
+        ErrorCode::NoSuchShard,
+        ErrorCode::Overloaded,
+        ErrorCode::Fenced,
+        ErrorCode::ShuttingDown,
+        ErrorCode::BadHandshake,
+        ErrorCode::Unavailable,
+    ];
+    for v in 1..=17u16 {
+        let code = ErrorCode::from_u16(v).unwrap();
+        let e = Error::Server { code: v, message: String::new() };
+        let want = if not_written.contains(&code) { Outcome::NotWritten } else { Outcome::Unknown };
+        assert_eq!(e.outcome(), want, "{code:?}");
+    }
+    assert_eq!(Error::Server { code: 999, message: String::new() }.outcome(), Outcome::Unknown);
+    assert_eq!(Error::Closed.outcome(), Outcome::Unknown);
+    assert_eq!(Error::Io(std::io::Error::other("reset")).outcome(), Outcome::Unknown);
+    assert_eq!(Error::Timeout(Duration::from_secs(1)).outcome(), Outcome::Unknown);
+    assert_eq!(Error::Protocol("x".into()).outcome(), Outcome::Unknown);
+    assert_eq!(Error::NotSent.outcome(), Outcome::NotWritten);
+    assert_eq!(Error::Unreachable("x".into()).outcome(), Outcome::NotWritten);
 }

@@ -85,6 +85,12 @@ struct RunArgs {
     /// Client address(es), comma-separated: connection i goes to the (i mod n)-th.
     #[arg(long, default_value = "127.0.0.1:9400")]
     target: String,
+    /// Instead of --target: the nodes of one cluster, comma-separated alternatives (`A,B`).
+    /// Each connection uses the first that accepts; a connection lost or refused
+    /// (NotLeader, Unavailable, Fenced, ...) reconnects to the next node, or to the one
+    /// NotLeader names. Appends whose answer was lost are reported as `unknown`.
+    #[arg(long, conflicts_with = "target")]
+    addr: Option<String>,
     #[arg(long, default_value_t = 100)]
     connections: usize,
     /// Measured window, e.g. 10s, 500ms.
@@ -197,7 +203,8 @@ fn run_step(a: RunArgs) -> Result<i32, String> {
     if let Some(l) = &a.label {
         let _ = corelog_loadgen::LOG_LABEL.set(l.clone());
     }
-    let target: Vec<SocketAddr> = parse_addrs(&a.target)?;
+    let failover = a.addr.is_some();
+    let target: Vec<SocketAddr> = parse_addrs(a.addr.as_deref().unwrap_or(&a.target))?;
     if target.is_empty() {
         return Err("--target needs at least one address".into());
     }
@@ -229,6 +236,7 @@ fn run_step(a: RunArgs) -> Result<i32, String> {
     let cores = a.cores.unwrap_or(ncpu).clamp(1, a.connections);
     let cfg = run::RunConfig {
         targets: target.clone(),
+        failover,
         connections: a.connections,
         cores,
         warmup: a.warmup,
@@ -249,8 +257,9 @@ fn run_step(a: RunArgs) -> Result<i32, String> {
         Some(r) => format!("open loop at {r} appends/s"),
         None => "closed loop, one append in flight per connection".into(),
     };
+    let to = if failover { "the first reachable of" } else { "" };
     log!(
-        "{} connections to {:?} ({mode}), {} executors, warm-up {:?}, window {:?}",
+        "{} connections to {to}{:?} ({mode}), {} executors, warm-up {:?}, window {:?}",
         a.connections,
         target,
         cores,
@@ -264,6 +273,12 @@ fn run_step(a: RunArgs) -> Result<i32, String> {
         println!("{}", report::run_row(&r));
         if !out.error_codes.is_empty() {
             println!("error codes: {:?}", out.error_codes);
+        }
+        if failover {
+            println!(
+                "failover: {} appends unknown (connection lost before the answer: may or may not be in the log), {} reconnects",
+                out.unknown, out.reconnects
+            );
         }
     }
     if let Some(p) = a.json {

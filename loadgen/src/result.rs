@@ -25,6 +25,12 @@ pub struct RunResult {
     pub error_codes: BTreeMap<String, u64>,
     /// Responses that did not come within --timeout (or connections lost mid-append).
     pub timeouts: u64,
+    /// `--addr` (failover) runs: appends whose connection was lost before the answer
+    /// (may or may not be in the log), and reconnections.
+    #[serde(default)]
+    pub unknown: u64,
+    #[serde(default)]
+    pub reconnects: u64,
     pub connect_s: f64,
     pub late_start_ms: f64,
     pub start_unix: f64,
@@ -52,6 +58,8 @@ impl RunResult {
             errors: o.errors,
             error_codes: o.error_codes.iter().map(|(c, n)| (c.to_string(), *n)).collect(),
             timeouts: o.timeouts,
+            unknown: o.unknown,
+            reconnects: o.reconnects,
             connect_s: o.connect_s,
             late_start_ms: o.late_start_ms,
             start_unix: o.start_unix,

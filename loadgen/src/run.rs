@@ -59,8 +59,15 @@ pub fn instant_of_unix(at: f64) -> Instant {
 
 #[derive(Clone)]
 pub struct RunConfig {
-    /// Connection i goes to `targets[i % len]`.
+    /// Connection i goes to `targets[i % len]` (with `failover`: see there).
     pub targets: Vec<SocketAddr>,
+    /// The targets are nodes of one cluster (alternatives): each connection uses the
+    /// first that accepts, and a connection lost or refused (`NotLeader`, `Unavailable`,
+    /// `Fenced`, ...) reconnects to the next one, or to the node `NotLeader` names,
+    /// with a back-off of 20 ms doubling to 200 ms. An append whose answer was lost with
+    /// its connection counts as `unknown` (it may or may not be in the log); none is
+    /// re-sent.
+    pub failover: bool,
     pub connections: usize,
     pub cores: usize,
     pub warmup: Duration,
@@ -98,6 +105,11 @@ pub struct Outcome {
     pub errors: u64,
     pub error_codes: Vec<(u16, u64)>,
     pub timeouts: u64,
+    /// Failover mode, whole run: appends sent whose connection was lost before the
+    /// answer (outcome unknown).
+    pub unknown: u64,
+    /// Failover mode: connections re-established on another (or the same) node.
+    pub reconnects: u64,
     pub connect_failures: u64,
     pub connected: u64,
     pub window: Duration,
@@ -124,6 +136,12 @@ struct Local {
     acked_total: Cell<u64>,
     errors: RefCell<Vec<(u16, u64)>>,
     timeouts: Cell<u64>,
+    unknown: Cell<u64>,
+    reconnects: Cell<u64>,
+}
+
+fn bump(c: &Cell<u64>) {
+    c.set(c.get() + 1);
 }
 
 pub fn run(cfg: RunConfig) -> Result<Outcome, String> {
@@ -205,12 +223,14 @@ pub fn run(cfg: RunConfig) -> Result<Outcome, String> {
     };
     let mut codes: std::collections::BTreeMap<u16, u64> = Default::default();
     for j in joins {
-        let (h, acked, acked_total, errs, timeouts) = j.join().map_err(|e| format!("executor failed: {e}"))?;
-        out.hist.as_mut().unwrap().add(&h).map_err(|e| format!("merge: {e:?}"))?;
-        out.acked += acked;
-        out.acked_total += acked_total;
-        out.timeouts += timeouts;
-        for (c, n) in errs {
+        let e = j.join().map_err(|e| format!("executor failed: {e}"))?;
+        out.hist.as_mut().unwrap().add(&e.hist).map_err(|e| format!("merge: {e:?}"))?;
+        out.acked += e.acked;
+        out.acked_total += e.acked_total;
+        out.timeouts += e.timeouts;
+        out.unknown += e.unknown;
+        out.reconnects += e.reconnects;
+        for (c, n) in e.errors {
             *codes.entry(c).or_default() += n;
             out.errors += n;
         }
@@ -221,7 +241,15 @@ pub fn run(cfg: RunConfig) -> Result<Outcome, String> {
     Ok(out)
 }
 
-type ExecResult = (Histogram<u64>, u64, u64, Vec<(u16, u64)>, u64);
+struct ExecResult {
+    hist: Histogram<u64>,
+    acked: u64,
+    acked_total: u64,
+    errors: Vec<(u16, u64)>,
+    timeouts: u64,
+    unknown: u64,
+    reconnects: u64,
+}
 
 async fn executor(cfg: RunConfig, g: Arc<Global>, first: usize, share: usize) -> ExecResult {
     let local = Rc::new(Local {
@@ -230,8 +258,10 @@ async fn executor(cfg: RunConfig, g: Arc<Global>, first: usize, share: usize) ->
         acked_total: Cell::new(0),
         errors: Default::default(),
         timeouts: Cell::new(0),
+        unknown: Cell::new(0),
+        reconnects: Cell::new(0),
     });
-    let conns: Rc<RefCell<Vec<(Reader, Writer, usize)>>> = Rc::default();
+    let conns: Rc<RefCell<Vec<Link>>> = Rc::default();
     // Connect in waves of CONNECT_CONCURRENCY.
     let connect_until = Instant::now() + cfg.connect_deadline;
     let mut idx = first;
@@ -244,10 +274,10 @@ async fn executor(cfg: RunConfig, g: Arc<Global>, first: usize, share: usize) ->
                         g.connect_failures.fetch_add(1, Ordering::Relaxed);
                         return;
                     }
-                    match connect(&cfg, i).await {
-                        Ok((r, w)) => {
+                    match connect(&cfg, i, 0).await {
+                        Ok((r, w, alt)) => {
                             g.connected.fetch_add(1, Ordering::Relaxed);
-                            conns.borrow_mut().push((r, w, i));
+                            conns.borrow_mut().push(Link { r, w, i, alt });
                         }
                         Err(e) => {
                             if g.connect_failures.fetch_add(1, Ordering::Relaxed) < 3 {
@@ -274,27 +304,60 @@ async fn executor(cfg: RunConfig, g: Arc<Global>, first: usize, share: usize) ->
     let tasks: Vec<_> = conns
         .borrow_mut()
         .drain(..)
-        .map(|(r, w, i)| {
-            let (cfg, local) = (cfg.clone(), local.clone());
+        .map(|conn| {
+            let (cfg, local, i) = (cfg.clone(), local.clone(), conn.i);
             // Open loop: connection i sends every n_total/rate seconds, phase-shifted.
             let schedule = cfg.rate.map(|rate| {
                 let interval = Duration::from_secs_f64(n_total as f64 / rate);
                 (interval, start + interval.mul_f64(i as f64 / n_total as f64))
             });
-            glommio::spawn_local(drive(r, w, cfg, local, schedule, measure_from, measure_to))
+            glommio::spawn_local(drive(conn, cfg, local, schedule, measure_from, measure_to))
         })
         .collect();
     for t in tasks {
         t.await;
     }
-    let errs = local.errors.borrow().clone();
-    let h = local.hist.borrow().clone();
-    (h, local.acked.get(), local.acked_total.get(), errs, local.timeouts.get())
+    let errors = local.errors.borrow().clone();
+    let hist = local.hist.borrow().clone();
+    ExecResult {
+        hist,
+        acked: local.acked.get(),
+        acked_total: local.acked_total.get(),
+        errors,
+        timeouts: local.timeouts.get(),
+        unknown: local.unknown.get(),
+        reconnects: local.reconnects.get(),
+    }
 }
 
-async fn connect(cfg: &RunConfig, i: usize) -> Result<(Reader, Writer), String> {
+/// A failover connect that has not completed in this long moves on to the next node.
+const FAILOVER_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Opens connection `i`: to its target, or (failover) to the first alternative from
+/// index `from` on that accepts. Returns the index of the target it reached.
+async fn connect(cfg: &RunConfig, i: usize, from: usize) -> Result<(Reader, Writer, usize), String> {
+    let n = cfg.targets.len();
+    if !cfg.failover {
+        return connect_to(cfg, cfg.targets[i % n], i).await.map(|(r, w)| (r, w, i % n));
+    }
+    let mut errs = Vec::new();
+    for k in 0..n {
+        let t = (from + k) % n;
+        let attempt = glommio::timer::timeout(FAILOVER_CONNECT_TIMEOUT, async {
+            connect_to(cfg, cfg.targets[t], i)
+                .await
+                .map_err(|e| glommio::GlommioError::IoError(std::io::Error::other(e)))
+        });
+        match attempt.await {
+            Ok((r, w)) => return Ok((r, w, t)),
+            Err(e) => errs.push(format!("{}: {e}", cfg.targets[t])),
+        }
+    }
+    Err(errs.join("; "))
+}
+
+async fn connect_to(cfg: &RunConfig, target: SocketAddr, i: usize) -> Result<(Reader, Writer), String> {
     use socket2::{Domain, Protocol, Socket, Type};
-    let target = cfg.targets[i % cfg.targets.len()];
     let sk = Socket::new(Domain::for_address(target), Type::STREAM, Some(Protocol::TCP)).map_err(|e| e.to_string())?;
     if let IpAddr::V4(ip) = target.ip() {
         if ip.is_loopback() && (cfg.source_ips > 1 || cfg.source_ip_base > 1) {
@@ -362,9 +425,32 @@ async fn next(r: &mut Reader) -> Result<(u8, Option<(u16, String)>), String> {
     }
 }
 
+/// One load connection: its streams, its index, and which target it is on.
+struct Link {
+    r: Reader,
+    w: Writer,
+    i: usize,
+    alt: usize,
+}
+
+/// Failover: replaces `c` with a connection to the alternative `from` (or the next
+/// ones), after `backoff` (doubled, up to 200 ms); false once `until` has passed.
+async fn reconnect(c: &mut Link, from: usize, cfg: &RunConfig, backoff: &mut Duration, until: Instant) -> bool {
+    loop {
+        glommio::timer::sleep(*backoff).await;
+        *backoff = (*backoff * 2).min(Duration::from_millis(200));
+        if Instant::now() >= until {
+            return false;
+        }
+        if let Ok((r, w, alt)) = connect(cfg, c.i, from).await {
+            *c = Link { r, w, i: c.i, alt };
+            return true;
+        }
+    }
+}
+
 async fn drive(
-    mut r: Reader,
-    mut w: Writer,
+    mut c: Link,
     cfg: RunConfig,
     local: Rc<Local>,
     schedule: Option<(Duration, Instant)>,
@@ -375,6 +461,7 @@ async fn drive(
     let mut frame = Vec::with_capacity(payload.len() + 16);
     let mut req_id = 0u64;
     let mut intended = schedule.map(|s| s.1);
+    let mut backoff = Duration::from_millis(20);
     loop {
         let now = Instant::now();
         if now >= measure_to {
@@ -397,40 +484,74 @@ async fn drive(
         frame.clear();
         req_id += 1;
         codec::encode_append(req_id, &payload, &mut frame);
-        if w.write(&frame).await.is_err() {
-            local.timeouts.set(local.timeouts.get() + 1);
-            return;
-        }
-        let res = glommio::timer::timeout(cfg.timeout, async {
-            next(&mut r).await.map_err(|s| glommio::GlommioError::IoError(std::io::Error::other(s)))
-        })
-        .await;
-        let done = Instant::now();
-        match res {
-            Ok((codec::op::APPENDED, _)) => {
-                local.acked_total.set(local.acked_total.get() + 1);
-                if t0 >= measure_from {
-                    let us = (done - t0).as_micros().clamp(1, HIST_MAX_US as u128) as u64;
-                    local.hist.borrow_mut().record(us).expect("clamped to bounds");
-                    local.acked.set(local.acked.get() + 1);
-                }
-            }
-            Ok((_, Some((code, _)))) => {
-                if t0 >= measure_from {
-                    let mut e = local.errors.borrow_mut();
-                    match e.iter_mut().find(|(c, _)| *c == code) {
-                        Some(x) => x.1 += 1,
-                        None => e.push((code, 1)),
-                    }
-                }
-                if code != ErrorCode::ReplicationTimeout as u16 && code != ErrorCode::Overloaded as u16 {
-                    return;
-                }
-            }
-            Ok(_) | Err(_) => {
-                local.timeouts.set(local.timeouts.get() + 1);
+        // Failover: where to reconnect after this append (None: stay).
+        let mut move_to: Option<usize> = None;
+        if c.w.write(&frame).await.is_err() {
+            if !cfg.failover {
+                bump(&local.timeouts);
                 return;
             }
+            bump(&local.unknown); // part of it may have left
+            move_to = Some(c.alt + 1);
+        } else {
+            let res = glommio::timer::timeout(cfg.timeout, async {
+                next(&mut c.r).await.map_err(|s| glommio::GlommioError::IoError(std::io::Error::other(s)))
+            })
+            .await;
+            let done = Instant::now();
+            match res {
+                Ok((codec::op::APPENDED, _)) => {
+                    backoff = Duration::from_millis(20);
+                    bump(&local.acked_total);
+                    if t0 >= measure_from {
+                        let us = (done - t0).as_micros().clamp(1, HIST_MAX_US as u128) as u64;
+                        local.hist.borrow_mut().record(us).expect("clamped to bounds");
+                        bump(&local.acked);
+                    }
+                }
+                Ok((_, Some((code, msg)))) => {
+                    if t0 >= measure_from {
+                        let mut e = local.errors.borrow_mut();
+                        match e.iter_mut().find(|(c, _)| *c == code) {
+                            Some(x) => x.1 += 1,
+                            None => e.push((code, 1)),
+                        }
+                    }
+                    if code != ErrorCode::ReplicationTimeout as u16 && code != ErrorCode::Overloaded as u16 {
+                        if !cfg.failover {
+                            return;
+                        }
+                        // NotLeader names the leader's client address when known.
+                        let named = (code == ErrorCode::NotLeader as u16)
+                            .then(|| msg.parse::<SocketAddr>().ok())
+                            .flatten()
+                            .and_then(|a| cfg.targets.iter().position(|t| *t == a));
+                        move_to = Some(named.unwrap_or(c.alt + 1));
+                    }
+                }
+                Err(glommio::GlommioError::TimedOut(_)) | Ok(_) => {
+                    bump(&local.timeouts);
+                    if !cfg.failover {
+                        return;
+                    }
+                    move_to = Some(c.alt + 1);
+                }
+                Err(_) => {
+                    // The connection broke before the answer.
+                    if !cfg.failover {
+                        bump(&local.timeouts);
+                        return;
+                    }
+                    bump(&local.unknown);
+                    move_to = Some(c.alt + 1);
+                }
+            }
+        }
+        if let Some(to) = move_to {
+            if !reconnect(&mut c, to, &cfg, &mut backoff, measure_to).await {
+                return;
+            }
+            bump(&local.reconnects);
         }
     }
 }
