@@ -21,6 +21,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use common::etcd::Etcd;
@@ -88,12 +89,33 @@ fn coord_args(etcd: &Etcd, cluster: &str, dir: &Path, certs: &Path, i: usize, po
     .collect()
 }
 
+/// Like `common::ports`, but below the kernel's ephemeral range: these nodes re-bind
+/// their ports on every restart and role change (re-exec), and a port in that range may
+/// meanwhile have become the local end of one of the workload's many reconnections
+/// (seen: "listen …: Address already in use" on a restart).
+fn fixed_ports() -> Ports {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").unwrap_or_default();
+    let ephemeral = range.split_whitespace().next().and_then(|p| p.parse::<u32>().ok()).unwrap_or(32768);
+    let (lo, span) = (10_000u32, ephemeral.saturating_sub(10_000).max(48));
+    let start = (std::process::id() % 64) * 24 * 4;
+    let free = |p: u32| std::net::TcpListener::bind(("127.0.0.1", p as u16)).is_ok();
+    for _ in 0..span / 24 {
+        let base = lo + (start + NEXT.fetch_add(24, Ordering::SeqCst)) % (span - 24);
+        if (base..base + 24).all(free) {
+            let b = base as u16;
+            return Ports { client: b, repl: b + 10, metrics: b + 20 };
+        }
+    }
+    panic!("no 24 consecutive free ports in {lo}..{ephemeral}");
+}
+
 /// None (after `common::skip`) where etcd is not installed.
 fn cluster(test: &str) -> Option<Cluster> {
     let dir = TempDir::new(test);
     let etcd = Etcd::start(test, dir.path())?;
     let certs = certs(dir.path());
-    let p = [ports(), ports()];
+    let p = [fixed_ports(), fixed_ports()];
     let name = format!("{test}_{}", std::process::id());
     let node = |i: usize, id: &str| {
         Node::new(id, dir.path().join(id), p[i], coord_args(&etcd, &name, dir.path(), &certs, i, p))
@@ -302,9 +324,9 @@ fn leader_sigkill_under_load_fails_over_and_loses_nothing() {
         let r = c.verify(other, &h);
         c.wait_same_log(leader, other, Duration::from_secs(60));
         let w = r.window.expect("acknowledgements");
-        let rel = |t: u64| (t as f64 - kill_us as f64) / 1e3;
+        let rel = |t: u64| (t as i64 - kill_us as i64) / 1000;
         eprintln!(
-            "trial {trial}: unavailability window {} ms (from {:+.0} ms to {:+.0} ms after the kill; {} ok, {} unknown)",
+            "trial {trial}: unavailability window {} ms (from {:+} ms to {:+} ms after the kill; {} ok, {} unknown)",
             w.len().as_millis(),
             rel(w.from_us),
             rel(w.to_us),
@@ -461,4 +483,31 @@ fn the_workload_and_corelog_workload_check_out_against_a_static_pair() {
     );
     // This run's records follow the first run's: its shard 0 starts after them.
     assert!(text.lines().any(|l| l.starts_with("shard 0 start ") && !l.starts_with("shard 0 start 0 ")));
+}
+
+/// The epoch-order check itself, on synthetic histories.
+#[test]
+fn the_epoch_order_check_catches_an_old_leader_acking_after_a_new_one() {
+    use corelog_client::{Position, Record};
+    let op = |seq: u64, invoke_us: u64, done_us: u64, offset: u64| workload::Op {
+        conn: 0,
+        seq,
+        payload: vec![],
+        invoke_us,
+        done_us,
+        result: OpResult::Ok(Position { shard: 0, offset }),
+    };
+    let log = |epochs: &[u32]| -> Logs {
+        let recs = epochs.iter().enumerate().map(|(i, &epoch)| Record { offset: i as u64, epoch, payload: vec![] });
+        [(0u16, recs.collect())].into_iter().collect()
+    };
+    // Epoch 2's first ack completes at 20; an epoch-1 ack of an append invoked at 15
+    // (concurrent) is fine, one invoked at 30 is not.
+    let h = |late: u64| History {
+        tag: "t".into(),
+        ops: vec![op(0, 0, 10, 0), op(1, 15, 40, 1), op(2, 12, 20, 2), op(3, late, late + 5, 3)],
+    };
+    assert!(epochs_in_order(&h(25), &log(&[1, 1, 2, 2])).is_ok());
+    let e = epochs_in_order(&h(30), &log(&[1, 1, 2, 1])).unwrap_err();
+    assert!(e.starts_with("SPLIT BRAIN") && e.contains("invoked at 30 µs was acknowledged in epoch 1"), "{e}");
 }
