@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Coordinator mode versus static roles, same build, same run, alternating: a leader and
 # a follower (mTLS, loopback) under the closed-loop load generator at C connections for
-# D seconds, R rounds of (static, coordinator). Prints acked writes/s per run and the
+# D seconds, R rounds of (static, coordinator), the order alternating (ABBA). Prints acked writes/s per run and the
 # coordinator/static ratio per round and its median (acceptance: ≥ 0.95 at 1,000).
 # The disk's own floor (fio, 4 KiB O_DIRECT write + fdatasync, queue depth 1) is
 # measured in the same run when fio is installed.
@@ -20,7 +20,7 @@ echo "commit $(git rev-parse --short HEAD)$(git diff --quiet || echo '+dirty'), 
 if command -v fio >/dev/null; then
   fio --name=floor --directory="$W" --rw=write --bs=4k --size=64m --direct=1 --fdatasync=1 \
     --ioengine=psync --runtime=5 --time_based --output-format=terse 2>/dev/null |
-    awk -F';' '{printf "disk floor (fio 4 KiB write+fdatasync, QD1): %.0f IOPS\n", $8}'
+    awk -F';' '{printf "disk floor (fio 4 KiB write+fdatasync, QD1): %.0f IOPS\n", $49}'
 fi
 $B certs --out "$W/certs" >/dev/null
 tls() { echo "--cert $W/certs/$1.pem --key $W/certs/$1.key --client-ca $W/certs/ca.pem"; }
@@ -60,8 +60,14 @@ run_pair() { # $1 = static|coordinator, $2 = round
 }
 ratios=()
 for r in $(seq 1 "$R"); do
-  read -r s sp99 serr < <(run_pair static "$r")
-  read -r c cp99 cerr < <(run_pair coordinator "$r")
+  # ABBA: odd rounds run static first, even rounds coordinator first.
+  if [ $((r % 2)) -eq 1 ]; then
+    read -r s sp99 serr < <(run_pair static "$r")
+    read -r c cp99 cerr < <(run_pair coordinator "$r")
+  else
+    read -r c cp99 cerr < <(run_pair coordinator "$r")
+    read -r s sp99 serr < <(run_pair static "$r")
+  fi
   ratio=$(python3 -c "print('%.3f' % ($c/$s))")
   ratios+=("$ratio")
   echo "round $r: static $s acked/s (p99 ${sp99} µs, $serr errors), coordinator $c acked/s (p99 ${cp99} µs, $cerr errors), ratio $ratio"

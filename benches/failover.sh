@@ -4,8 +4,9 @@
 # nodes (mTLS, loopback, 2 shards), 100 closed-loop connections, kill -9 of the leader
 # after ~2 s, ~3 s more load, the old leader restarted (rejoins as follower, catches up);
 # then every operation is checked against the new leader's log (and with Porcupine when
-# `go` is on PATH). Prints each trial's write-unavailability window (the largest gap
-# between consecutive acknowledgements) and the p50/max over all trials.
+# `go` is on PATH). Prints each trial's write-unavailability window (from the old
+# leader's last acknowledgement to the new leader's first, epochs from the read-back;
+# the largest gap between any two acks of the trial beside it) and p50/max over trials.
 # Usage: benches/failover.sh [TRIALS]    (full output in target/failover-bench.log)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."

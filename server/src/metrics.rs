@@ -78,12 +78,26 @@ pub fn set_health(line: &str) {
     *HEALTH.lock().unwrap_or_else(|e| e.into_inner()) = line.to_string();
 }
 
+/// Coordinator-mode leader: 1 lease held, 2 lapsed (acknowledgements held until it is
+/// renewed); 0 otherwise. Shown on `/health` as `lease=ok|lapsed`.
+static LEASE: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+pub fn set_lease_lapsed(lapsed: bool) {
+    LEASE.store(if lapsed { 2 } else { 1 }, Ordering::Relaxed);
+    gauge!("corelog_lease_lapsed").set(if lapsed { 1.0 } else { 0.0 });
+}
+
 fn health_body() -> String {
     let h = HEALTH.lock().unwrap_or_else(|e| e.into_inner());
+    let lease = match LEASE.load(Ordering::Relaxed) {
+        1 => " lease=ok",
+        2 => " lease=lapsed",
+        _ => "",
+    };
     if h.is_empty() {
         "ok\n".to_string()
     } else {
-        format!("ok {h}\n")
+        format!("ok {h}{lease}\n")
     }
 }
 

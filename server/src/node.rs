@@ -110,18 +110,25 @@ pub fn serve(mut cfg: ServeConfig) -> Result<(), String> {
     std::fs::create_dir_all(&cfg.data_dir).map_err(|e| format!("create {}: {e}", cfg.data_dir.display()))?;
     wal::probe::check_direct_io(&cfg.data_dir)?;
     let client_tls = match &cfg.tls {
-        Some(t) => Some(tls::server_config(&t.cert, &t.key, &t.ca)?),
+        Some(t) => Some(tls::Live::new(tls::server_config(&t.cert, &t.key, &t.ca)?)),
         None => None,
     };
     let repl_tls = cfg.repl_tls.as_ref().or(cfg.tls.as_ref());
-    let repl_server = match repl_tls {
-        Some(t) => Some(tls::server_config(&t.cert, &t.key, &t.ca)?),
-        None => None,
+    let (repl_server, repl_client) = match repl_tls {
+        Some(t) => (
+            Some(tls::Live::new(tls::server_config(&t.cert, &t.key, &t.ca)?)),
+            Some(tls::Live::new(tls::client_config(&t.cert, &t.key, &t.ca)?)),
+        ),
+        None => (None, None),
     };
-    let repl_client = match repl_tls {
-        Some(t) => Some(Arc::new(corelog_client::tls::client_config(&t.ca, Some((&t.cert, &t.key)))?)),
-        None => None,
-    };
+    crate::net::reload::Watched {
+        client: cfg.tls.clone().zip(client_tls.clone()),
+        repl: match (repl_tls, &repl_server, &repl_client) {
+            (Some(f), Some(s), Some(c)) => Some((f.clone(), s.clone(), c.clone())),
+            _ => None,
+        },
+    }
+    .spawn()?;
     if client_tls.is_some() || repl_server.is_some() {
         // Probed once here (a throwaway loopback socket per cipher), before any shard.
         eprintln!("corelog: {}", crate::net::ktls::status_line());
@@ -207,9 +214,9 @@ struct Place {
 async fn start_shard(
     place: Place,
     cfg: &ServeConfig,
-    client_tls: Option<Arc<rustls::ServerConfig>>,
-    repl_server: Option<Arc<rustls::ServerConfig>>,
-    repl_client: Option<Arc<rustls::ClientConfig>>,
+    client_tls: tls::ServerTls,
+    repl_server: tls::ServerTls,
+    repl_client: tls::ClientTls,
     cap: Arc<listener::ConnCap>,
 ) -> Result<(Rc<Shard>, String), String> {
     let id = place.id;

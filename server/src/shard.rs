@@ -139,6 +139,8 @@ pub struct Shard {
     /// Leader: a follower link is joined (false since `link_down_since`).
     link_up: Cell<bool>,
     link_down_since: Cell<Instant>,
+    /// Leader: when the follower last confirmed new records (or joined).
+    follower_progress: Cell<Instant>,
     /// Leader: the committed end as last released; never goes back. Starts at the end of
     /// the history this leader inherited (static: its log at `admin promote`, format.md
     /// §1 `promoted-epoch`, else 0; coordinator: its log when it took the lead).
@@ -175,6 +177,7 @@ impl Shard {
             acked_end: Cell::new(commit_floor),
             link_up: Cell::new(false),
             link_down_since: Cell::new(Instant::now()),
+            follower_progress: Cell::new(Instant::now()),
             solo_seen: Cell::new(false),
             cfg,
             log,
@@ -236,6 +239,7 @@ impl Shard {
         assert_eq!(self.role.get(), Role::Leader, "only a leader takes a follower");
         assert!(next <= self.log.next_offset(), "follower end {next} beyond our durable end");
         self.follower_next.set(next);
+        self.follower_progress.set(Instant::now());
         self.link_up.set(true);
         if !self.accepted.get() {
             eprintln!("corelog: shard {}: epoch {} accepted by the follower; writing appends", self.id(), self.epoch());
@@ -251,6 +255,7 @@ impl Shard {
         assert!(next <= self.assigned(), "follower acked {next}, beyond the {} offsets assigned", self.assigned());
         if next > self.follower_next.get() {
             self.follower_next.set(next);
+            self.follower_progress.set(Instant::now());
             self.release();
         }
     }
@@ -607,6 +612,8 @@ impl Shard {
         slot.in_sync_gen.store(if in_sync { g } else { 0 }, Ordering::Release);
         let lag = self.log.next_offset().saturating_sub(follower);
         slot.near.store(self.link_up.get() && lag <= NEAR_RECORDS, Ordering::Release);
+        let progress = if lag == 0 { Instant::now() } else { self.follower_progress.get() };
+        slot.progress_at.store(ctl.nanos(progress) + 1, Ordering::Release);
         let waiting = self.unacked.borrow().front().map(|u| u.since);
         let waiting = waiting.or_else(|| self.staged.borrow().front().map(|b| b.since));
         let since = if !self.link_up.get() { Some(self.link_down_since.get()) } else { waiting };

@@ -394,6 +394,27 @@ impl History {
         (i > 0 && i < d.len()).then(|| Gap { from_us: d[i - 1], to_us: d[i] })
     }
 
+    /// A change of leader at `at_us`, measured by epochs: from the last acknowledgement
+    /// in the epoch that acknowledged last before `at_us` to the first acknowledgement in
+    /// a newer epoch (epochs from the read-back `logs`, which must hold every ok). Unlike
+    /// [`History::gap_around`], answers the old leader sent before it died but the
+    /// client read only after `at_us` do not count as writes resumed. None: no ok before
+    /// `at_us` or none in a newer epoch.
+    pub fn takeover(&self, logs: &Logs, at_us: u64) -> Option<Gap> {
+        let oks: Vec<(u64, u32)> = self
+            .ops
+            .iter()
+            .filter_map(|o| match o.result {
+                OpResult::Ok(p) => Some((o.done_us, logs.get(&p.shard)?.get(p.offset as usize)?.epoch)),
+                _ => None,
+            })
+            .collect();
+        let old = oks.iter().filter(|(t, _)| *t <= at_us).max_by_key(|(t, _)| *t)?.1;
+        let from_us = oks.iter().filter(|(_, e)| *e <= old).map(|(t, _)| *t).max()?;
+        let to_us = oks.iter().filter(|(_, e)| *e > old).map(|(t, _)| *t).min()?;
+        Some(Gap { from_us, to_us: to_us.max(from_us) })
+    }
+
     /// Oks invoked after `at_us`.
     pub fn oks_after(&self, at_us: u64) -> usize {
         self.ops.iter().filter(|o| matches!(o.result, OpResult::Ok(_)) && o.invoke_us > at_us).count()
@@ -807,6 +828,13 @@ mod tests {
         assert_eq!(h.gap_around(100), Some(Gap { from_us: 35, to_us: 400 }));
         assert_eq!(h.gap_around(5), None);
         assert_eq!(h.oks_after(35), 2);
+        // Epochs: 1 for the first three records, 2 after. "Killed" at 30: the ok read at
+        // 35 is still epoch 1; writes resumed at 400 (epoch 2's first).
+        let mut l = logs(&[&[b"a", b"b", b"c", b"d", b"e"]]);
+        l.get_mut(&0).unwrap().iter_mut().skip(3).for_each(|r| r.epoch = 2);
+        assert_eq!(h.takeover(&l, 30), Some(Gap { from_us: 35, to_us: 400 }));
+        assert_eq!(h.takeover(&l, 5), None, "nothing acknowledged before");
+        assert_eq!(h.takeover(&logs(&[&[b"a", b"b", b"c", b"d", b"e"]]), 30), None, "no newer epoch");
         assert_eq!(hist(&[&ops[0]]).unavailability(), None);
     }
 

@@ -88,7 +88,7 @@ where
                 let l = glommio::net::TcpListener::bind("127.0.0.1:0").unwrap();
                 addr_tx.send(l.local_addr().unwrap()).unwrap();
                 let s = l.accept().await.unwrap();
-                let (r, w) = tls_io::establish_as(s, tls::accept(&Some(scfg)), "test").await.unwrap();
+                let (r, w) = tls_io::establish_as(s, tls::accept(&Some(tls::Live::new(scfg))), "test").await.unwrap();
                 serve(r, w).await
             })
             .unwrap()

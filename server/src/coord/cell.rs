@@ -30,6 +30,10 @@ pub struct ShardSlot {
     pub in_sync_gen: AtomicU64,
     /// The follower is connected and close behind (worth switching back to two copies).
     pub near: AtomicBool,
+    /// Nanoseconds after `t0` (+1) when the follower last confirmed new records, joined,
+    /// or was found holding everything; 0: never. A link can look up for
+    /// `--repl-timeout-ms` after its peer went silent: `near` alone does not tell.
+    pub progress_at: AtomicU64,
     /// Nanoseconds after `t0` (+1) since which the follower has been away or an append
     /// has been waiting for it; 0 when neither.
     pub stalled_since: AtomicU64,

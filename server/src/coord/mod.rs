@@ -35,6 +35,9 @@ use term::{Start, Term, View};
 
 /// Tick of the coordinator loop (term re-read, in-sync checks).
 const TICK: Duration = Duration::from_millis(50);
+/// How long after a lost replication link the follower keeps probing whether the
+/// leader's process is gone (see `follow`).
+const PROBE_WINDOW: Duration = Duration::from_millis(300);
 /// Timeout of one etcd request.
 const ETCD_TIMEOUT: Duration = Duration::from_millis(300);
 
@@ -218,6 +221,7 @@ impl Coordinator {
     fn lead(&mut self, ctl: &ControlCell, mut t: Term) -> String {
         let ttl = self.cfg.lease_ttl;
         let mut next_renew = Instant::now();
+        let mut lapsed = None;
         loop {
             let now = Instant::now();
             if now >= next_renew {
@@ -234,6 +238,11 @@ impl Coordinator {
                         self.note("renew", &format!("cannot renew the lease ({e}); acknowledgements stop at its end"))
                     }
                 }
+            }
+            let l = !ctl.may_ack(Instant::now());
+            if lapsed != Some(l) {
+                crate::metrics::set_lease_lapsed(l);
+                lapsed = Some(l);
             }
             match self.read() {
                 Ok(view) => {
@@ -283,7 +292,14 @@ impl Coordinator {
         let solo_allowed = self.cfg.min_insync < 2;
         match self.expanding {
             None => {
-                if ctl.slots.iter().all(|s| s.near.load(std::sync::atomic::Ordering::Acquire)) {
+                // Near, and confirming: a follower behind a silent link (a partition)
+                // still looks connected until the link times out; trying it would hold
+                // every ack for `isr_timeout`, again and again.
+                let fresh = |s: &cell::ShardSlot| {
+                    let at = s.progress_at.load(std::sync::atomic::Ordering::Acquire);
+                    at != 0 && now.saturating_duration_since(ctl.instant(at - 1)) < self.cfg.isr_timeout / 2
+                };
+                if ctl.slots.iter().all(|s| s.near.load(std::sync::atomic::Ordering::Acquire) && fresh(s)) {
                     ctl.set_solo(false);
                     self.expanding = Some((ctl.gen(), now + self.cfg.isr_timeout));
                 }
@@ -318,6 +334,11 @@ impl Coordinator {
     fn follow(&mut self, ctl: &ControlCell, mut shown: Term) -> String {
         let mut next_renew = Instant::now();
         let mut links_lost = 0;
+        // After a replication link was lost, the leader's replication port is probed
+        // every tick for PROBE_WINDOW: a dying process may still hold its listening
+        // socket for a moment after its connections broke. (A live leader logs each
+        // probe as a failed TLS handshake: a handful per lost link.)
+        let mut probe_until: Option<Instant> = None;
         loop {
             let now = Instant::now();
             if now >= next_renew {
@@ -331,10 +352,11 @@ impl Coordinator {
                 }
             }
             let lost: u64 = ctl.slots.iter().map(|s| s.links_lost.load(std::sync::atomic::Ordering::Acquire)).sum();
-            let leader_dead = lost > links_lost && {
+            if lost > links_lost {
                 links_lost = lost;
-                refuses(self.cfg.peer_repl)
-            };
+                probe_until = Some(now + PROBE_WINDOW);
+            }
+            let leader_dead = probe_until.is_some_and(|t| now < t) && refuses(self.cfg.peer_repl);
             match self.read() {
                 Ok(view) => {
                     if let Some((t, _)) = &view.term {

@@ -75,12 +75,7 @@ impl Drop for ConnSlot {
 /// Accepts client connections forever, one task each, on the calling executor. Beyond
 /// `cap` open connections in this process a new one is closed at once (counted), before
 /// any TLS work or buffer: the descriptors left are for replication and metrics.
-pub async fn accept_clients(
-    shard: Rc<Shard>,
-    listener: TcpListener,
-    tls_cfg: Option<Arc<rustls::ServerConfig>>,
-    cap: Arc<ConnCap>,
-) {
+pub async fn accept_clients(shard: Rc<Shard>, listener: TcpListener, tls_cfg: tls::ServerTls, cap: Arc<ConnCap>) {
     loop {
         match listener.accept().await {
             Ok(sock) => {

@@ -4,5 +4,6 @@
 pub mod conn;
 pub mod ktls;
 pub mod listener;
+pub mod reload;
 pub mod tls;
 pub mod tls_io;

@@ -3,7 +3,7 @@
 //! secret extraction is on, so a session can be handed to kernel TLS after the handshake.
 
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 use corelog_client::tls::{load_certs, load_key, provider, root_store};
 
@@ -23,15 +23,47 @@ pub fn server_config(cert: &Path, key: &Path, client_ca: &Path) -> Result<Arc<ru
     Ok(Arc::new(cfg))
 }
 
-pub fn accept(cfg: &Option<Arc<rustls::ServerConfig>>) -> Option<rustls::Connection> {
-    cfg.as_ref()
-        .map(|c| rustls::Connection::Server(rustls::ServerConnection::new(c.clone()).expect("valid server config")))
+/// The replication client side: trusts `ca`, presents `cert`/`key` to the follower.
+pub fn client_config(cert: &Path, key: &Path, ca: &Path) -> Result<Arc<rustls::ClientConfig>, String> {
+    Ok(Arc::new(corelog_client::tls::client_config(ca, Some((cert, key)))?))
 }
 
-pub fn connect(cfg: &Option<Arc<rustls::ClientConfig>>, name: &str) -> Result<Option<rustls::Connection>, String> {
+/// A TLS configuration that a certificate reload ([`super::reload`]) may replace: each
+/// new connection takes the current one; open connections keep the one they began with.
+pub struct Live<T>(Arc<RwLock<Arc<T>>>);
+
+impl<T> Clone for Live<T> {
+    fn clone(&self) -> Self {
+        Live(self.0.clone())
+    }
+}
+
+impl<T> Live<T> {
+    pub fn new(v: Arc<T>) -> Self {
+        Live(Arc::new(RwLock::new(v)))
+    }
+    pub fn current(&self) -> Arc<T> {
+        self.0.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+    pub fn replace(&self, v: Arc<T>) {
+        *self.0.write().unwrap_or_else(|e| e.into_inner()) = v;
+    }
+}
+
+/// Server side of a port: None = plain TCP.
+pub type ServerTls = Option<Live<rustls::ServerConfig>>;
+/// Client side of the replication link: None = plain TCP.
+pub type ClientTls = Option<Live<rustls::ClientConfig>>;
+
+pub fn accept(cfg: &ServerTls) -> Option<rustls::Connection> {
+    cfg.as_ref()
+        .map(|c| rustls::Connection::Server(rustls::ServerConnection::new(c.current()).expect("valid server config")))
+}
+
+pub fn connect(cfg: &ClientTls, name: &str) -> Result<Option<rustls::Connection>, String> {
     let Some(c) = cfg else { return Ok(None) };
     let name =
         rustls::pki_types::ServerName::try_from(name.to_string()).map_err(|e| format!("server name {name}: {e}"))?;
-    let conn = rustls::ClientConnection::new(c.clone(), name).map_err(|e| e.to_string())?;
+    let conn = rustls::ClientConnection::new(c.current(), name).map_err(|e| e.to_string())?;
     Ok(Some(rustls::Connection::Client(conn)))
 }

@@ -6,7 +6,6 @@
 use std::cell::Cell;
 use std::path::PathBuf;
 use std::rc::Rc;
-use std::sync::Arc;
 use std::time::Instant;
 
 use corelog_client::codec::{ErrorCode, Repl, Role, REPL_PROTOCOL_VERSION};
@@ -20,12 +19,7 @@ use crate::shard::Shard;
 use crate::sync::deadline;
 use crate::wal::batch::{MAX_BATCH_BYTES, MAX_BATCH_RECORDS};
 
-pub async fn accept_loop(
-    shard: Rc<Shard>,
-    listener: TcpListener,
-    tls_cfg: Option<Arc<rustls::ServerConfig>>,
-    shard_dir: PathBuf,
-) {
+pub async fn accept_loop(shard: Rc<Shard>, listener: TcpListener, tls_cfg: tls::ServerTls, shard_dir: PathBuf) {
     let generation = Rc::new(Cell::new(0u64));
     loop {
         let sock = match listener.accept().await {

@@ -7,7 +7,6 @@
 use std::cell::Cell;
 use std::net::SocketAddr;
 use std::rc::Rc;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use corelog_client::codec::{ErrorCode, Repl, Role, REPL_PROTOCOL_VERSION};
@@ -25,7 +24,7 @@ const CATCH_UP_CHUNK: usize = 1024 * 1024;
 
 pub struct LinkConfig {
     pub peer: SocketAddr,
-    pub tls: Option<Arc<rustls::ClientConfig>>,
+    pub tls: tls::ClientTls,
     pub server_name: String,
 }
 

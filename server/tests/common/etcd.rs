@@ -1,5 +1,5 @@
 //! A single-member etcd for coordinator-mode tests, from the `etcd` binary (Debian
-//! etcd-server), on loopback ports, stopped by pid when dropped.
+//! etcd-server), on loopback ports or in a network namespace, stopped by pid when dropped.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -11,6 +11,8 @@ pub struct Etcd {
     child: Option<Child>,
     /// Client port (plain HTTP; the v3 JSON gateway answers on it).
     pub port: u16,
+    /// Where the test reaches it.
+    pub host: String,
     pub log: PathBuf,
 }
 
@@ -18,27 +20,48 @@ impl Etcd {
     /// Starts etcd with its data in `dir/etcd` and waits until `POST /v3/kv/range`
     /// answers (bounded). Where etcd is not installed: `common::skip` and None.
     pub fn start(test: &str, dir: &Path) -> Option<Etcd> {
-        if !Command::new("etcd").arg("--version").output().is_ok_and(|o| o.status.success()) {
+        let p = super::ports();
+        let url = |p: u16| format!("http://127.0.0.1:{p}");
+        Etcd::spawn(test, dir, &[], "127.0.0.1", [url(p.client), url(p.client), url(p.client + 1)])
+    }
+
+    /// Like `start`, run under `wrap` (`ip netns exec NS`): clients on `0.0.0.0:2379`
+    /// (the test reaches it at `host`), peers on the namespace's loopback.
+    pub fn start_in(test: &str, dir: &Path, wrap: &[String], host: &str) -> Option<Etcd> {
+        let urls = ["http://0.0.0.0:2379".into(), format!("http://{host}:2379"), "http://127.0.0.1:2380".into()];
+        Etcd::spawn(test, dir, wrap, host, urls)
+    }
+
+    /// Whether the `etcd` binary runs here; `common::skip` where not.
+    pub fn installed(test: &str) -> bool {
+        let ok = Command::new("etcd").arg("--version").output().is_ok_and(|o| o.status.success());
+        if !ok {
             super::skip(test, "etcd not installed: apt-get install etcd-server");
+        }
+        ok
+    }
+
+    /// `urls`: listen-client, advertise-client, peer.
+    fn spawn(test: &str, dir: &Path, wrap: &[String], host: &str, urls: [String; 3]) -> Option<Etcd> {
+        if !Etcd::installed(test) {
             return None;
         }
-        let p = super::ports();
-        let (port, peer) = (p.client, p.client + 1);
-        let url = |p: u16| format!("http://127.0.0.1:{p}");
+        let [listen, advertise, peer] = urls;
+        let port = advertise.rsplit(':').next().and_then(|p| p.parse().ok()).expect("client url port");
         let data = dir.join("etcd");
         let log = dir.join("etcd.log");
-        let child = Command::new("etcd")
+        let child = super::wrapped(wrap, "etcd")
             .args(["--name", "t", "--data-dir"])
             .arg(&data)
-            .args(["--listen-client-urls", &url(port), "--advertise-client-urls", &url(port)])
-            .args(["--listen-peer-urls", &url(peer), "--initial-advertise-peer-urls", &url(peer)])
-            .args(["--initial-cluster", &format!("t={}", url(peer))])
+            .args(["--listen-client-urls", &listen, "--advertise-client-urls", &advertise])
+            .args(["--listen-peer-urls", &peer, "--initial-advertise-peer-urls", &peer])
+            .args(["--initial-cluster", &format!("t={peer}")])
             .args(["--heartbeat-interval", "50", "--election-timeout", "250"])
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).expect("etcd log"))
             .spawn()
             .expect("spawn etcd");
-        let mut e = Etcd { child: Some(child), port, log };
+        let mut e = Etcd { child: Some(child), port, host: host.into(), log };
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             if e.answers() {
@@ -55,7 +78,8 @@ impl Etcd {
     /// Whether a range request on the JSON gateway is answered with 200.
     pub fn answers(&self) -> bool {
         let body = r#"{"key":"aGVhbHRo"}"#; // "health"
-        let Ok(mut s) = TcpStream::connect_timeout(&([127, 0, 0, 1], self.port).into(), Duration::from_secs(1)) else {
+        let addr = format!("{}:{}", self.host, self.port).parse().expect("etcd address");
+        let Ok(mut s) = TcpStream::connect_timeout(&addr, Duration::from_secs(1)) else {
             return false;
         };
         let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
@@ -71,9 +95,9 @@ impl Etcd {
         out.starts_with("HTTP/1.1 200") && out.contains("\"header\"")
     }
 
-    /// `http://127.0.0.1:PORT`, for `--coordinator`.
+    /// `http://HOST:PORT` as the test reaches it, for `--coordinator`.
     pub fn endpoint(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        format!("http://{}:{}", self.host, self.port)
     }
 
     pub fn pid(&self) -> i32 {

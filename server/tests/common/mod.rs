@@ -1,5 +1,6 @@
-//! Test harness: real `corelog` processes on loopback, started, killed (-9) and
-//! restarted by pid; certificates from `corelog certs`; the tokio client library.
+//! Test harness: real `corelog` processes on loopback (or in network namespaces:
+//! `netns`), started, killed (-9) and restarted by pid; certificates from `corelog
+//! certs`; the tokio client library; coordinator-mode clusters (`coord`).
 #![allow(dead_code)]
 
 use std::collections::HashMap;
@@ -13,7 +14,9 @@ use std::time::{Duration, Instant};
 
 use corelog_client::{Client, ClientConfig, Position, Record};
 
+pub mod coord;
 pub mod etcd;
+pub mod netns;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_corelog");
 
@@ -45,6 +48,18 @@ pub fn ports() -> Ports {
         }
     }
     panic!("no 24 consecutive free ports in 20000..60000");
+}
+
+/// `program` run under the command prefix `wrap` (e.g. `ip netns exec NS`), if any.
+pub fn wrapped(wrap: &[String], program: &str) -> Command {
+    match wrap.split_first() {
+        Some((prefix, rest)) => {
+            let mut c = Command::new(prefix);
+            c.args(rest).arg(program);
+            c
+        }
+        None => Command::new(program),
+    }
 }
 
 pub struct TempDir(pub PathBuf);
@@ -97,6 +112,10 @@ pub struct Node {
     pub ports: Ports,
     pub args: Vec<String>,
     pub log: PathBuf,
+    /// Where the test reaches it (default 127.0.0.1).
+    pub host: String,
+    /// Command prefix, e.g. `ip netns exec NS` (execs in place: the pid stays the node's).
+    pub wrap: Vec<String>,
     starts: u32,
 }
 
@@ -160,7 +179,8 @@ impl Node {
 
     pub fn new(name: &str, data: PathBuf, ports: Ports, args: Vec<String>) -> Node {
         let log = data.with_extension(format!("{name}.log"));
-        Node { name: name.into(), child: None, data, ports, args, log, starts: 0 }
+        let (host, wrap) = ("127.0.0.1".into(), Vec::new());
+        Node { name: name.into(), child: None, data, ports, args, log, host, wrap, starts: 0 }
     }
 
     /// Spawns the process; does not wait for readiness.
@@ -169,7 +189,7 @@ impl Node {
         let mut f = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).unwrap();
         self.starts += 1;
         writeln!(f, "---- start #{} ----", self.starts).unwrap();
-        let child = Command::new(BIN).args(&self.args).stdout(Stdio::null()).stderr(f).spawn().unwrap();
+        let child = wrapped(&self.wrap, BIN).args(&self.args).stdout(Stdio::null()).stderr(f).spawn().unwrap();
         self.child = Some(child);
     }
 
@@ -185,7 +205,7 @@ impl Node {
             if let Some(st) = self.child.as_mut().unwrap().try_wait().unwrap() {
                 panic!("{} exited during start-up ({st}):\n{}", self.name, self.log_text());
             }
-            if http_get(self.ports.metrics, "/health").map(|r| r.starts_with("HTTP/1.1 200")).unwrap_or(false) {
+            if self.http("/health").map(|r| r.starts_with("HTTP/1.1 200")).unwrap_or(false) {
                 return;
             }
             std::thread::sleep(Duration::from_millis(20));
@@ -222,11 +242,23 @@ impl Node {
     }
 
     pub fn addr(&self) -> String {
-        format!("127.0.0.1:{}", self.ports.client)
+        format!("{}:{}", self.host, self.ports.client)
+    }
+
+    /// GET `path` on its metrics port (bounded: 300 ms to connect, 2 s to answer).
+    pub fn http(&self, path: &str) -> std::io::Result<String> {
+        use std::io::Read;
+        let addr = format!("{}:{}", self.host, self.ports.metrics).parse().expect("metrics address");
+        let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(300))?;
+        s.set_read_timeout(Some(Duration::from_secs(2)))?;
+        write!(s, "GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n")?;
+        let mut out = String::new();
+        s.read_to_string(&mut out)?;
+        Ok(out)
     }
 
     pub fn metric_sum(&self, name: &str) -> f64 {
-        let m = http_get(self.ports.metrics, "/metrics").unwrap_or_default();
+        let m = self.http("/metrics").unwrap_or_default();
         m.lines()
             .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
             .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
@@ -240,6 +272,7 @@ impl Drop for Node {
     }
 }
 
+#[allow(unused_imports)] // not every test binary uses it
 pub use corelog_server::quickstart::http_get;
 
 pub fn client_config(certs: Option<&Path>) -> ClientConfig {

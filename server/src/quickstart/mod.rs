@@ -1,6 +1,10 @@
 //! `corelog quickstart`: certificates in a temporary directory, a leader and a follower
 //! on loopback, a short closed-loop load from `corelog-loadgen`, the results table, a
 //! cross-check of both logs with `inspect`, then everything stopped (by pid).
+//! `--failover`: the same in coordinator mode with etcd and a leader SIGKILL mid-run
+//! ([`failover`]).
+
+pub mod failover;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -21,9 +25,14 @@ pub struct Args {
     /// Keep the data here instead of a temporary directory.
     #[arg(long)]
     dir: Option<PathBuf>,
+    /// Coordinator mode instead of static roles: etcd (from PATH; client port base+500,
+    /// peer +501) and two nodes that elect their leader through it; the leader is
+    /// SIGKILLed halfway through the load, restarted, and rejoins as follower.
+    #[arg(long)]
+    failover: bool,
 }
 
-struct Proc {
+pub(crate) struct Proc {
     name: &'static str,
     child: Child,
 }
@@ -36,7 +45,7 @@ impl Drop for Proc {
     }
 }
 
-fn sibling(name: &str) -> Result<PathBuf, String> {
+pub(crate) fn sibling(name: &str) -> Result<PathBuf, String> {
     let me = std::env::current_exe().map_err(|e| e.to_string())?;
     let p = me.with_file_name(name);
     if p.exists() {
@@ -46,7 +55,7 @@ fn sibling(name: &str) -> Result<PathBuf, String> {
     }
 }
 
-fn wait_healthy(port: u16, p: &mut Proc) -> Result<(), String> {
+pub(crate) fn wait_healthy(port: u16, p: &mut Proc) -> Result<(), String> {
     let deadline = Instant::now() + Duration::from_secs(30);
     while Instant::now() < deadline {
         if let Ok(Some(st)) = p.child.try_wait() {
@@ -70,7 +79,7 @@ pub fn http_get(port: u16, path: &str) -> std::io::Result<String> {
     Ok(out)
 }
 
-fn start(exe: &Path, name: &'static str, args: &[String], log: &Path) -> Result<Proc, String> {
+pub(crate) fn start(exe: &Path, name: &'static str, args: &[String], log: &Path) -> Result<Proc, String> {
     let f = std::fs::File::create(log).map_err(|e| e.to_string())?;
     let child = Command::new(exe)
         .args(args)
@@ -90,17 +99,23 @@ fn count_records(data: &Path) -> Result<u64, String> {
     Ok(n)
 }
 
+/// The data directory: `--dir`, else a new one under the system's temporary directory.
+pub(crate) fn root(a: &Args) -> Result<PathBuf, String> {
+    let root = match &a.dir {
+        Some(d) => d.clone(),
+        None => std::env::temp_dir().join(format!("corelog-quickstart-{}", std::process::id())),
+    };
+    std::fs::create_dir_all(&root).map_err(|e| format!("create {}: {e}", root.display()))?;
+    Ok(root)
+}
+
 pub fn run(a: Args) -> Result<(), String> {
+    if a.failover {
+        return failover::run(a);
+    }
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let loadgen = sibling("corelog-loadgen")?;
-    let (root, _keep) = match &a.dir {
-        Some(d) => (d.clone(), None),
-        None => {
-            let t = std::env::temp_dir().join(format!("corelog-quickstart-{}", std::process::id()));
-            (t.clone(), Some(t))
-        }
-    };
-    std::fs::create_dir_all(&root).map_err(|e| e.to_string())?;
+    let root = root(&a)?;
     let certs = root.join("certs");
     crate::certs::generate(&certs, &[])?;
     let c = |f: &str| certs.join(f).display().to_string();
