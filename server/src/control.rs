@@ -5,6 +5,9 @@
 //! replication or client writes from a lower epoch than the one on its disk.
 //! `promoted-epoch` beside it (same format) is written by `admin promote`: the records
 //! of epochs below it are the history the promoted node inherited (docs/format.md).
+//! `needs-repair` (same format, an offset) marks a shard that may lack acknowledged
+//! records from that offset on: it never leads or serves alone until it has caught up
+//! with a leader (see `write_repair_mark`).
 
 use std::fs::File;
 use std::io::Write;
@@ -33,7 +36,64 @@ pub fn read_promoted_epoch(shard_dir: &Path) -> Result<Option<u32>, String> {
     read_number(shard_dir, "promoted-epoch")
 }
 
-fn read_number(shard_dir: &Path, name: &str) -> Result<Option<u32>, String> {
+const REPAIR_MARK: &str = "needs-repair";
+
+/// Shard directories of this process that carry a repair mark (read by the coordinator).
+static MARKED: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+
+/// The offset from which this shard may lack acknowledged records, if it is marked.
+/// Also registers the mark for [`any_repair_mark`].
+pub fn read_repair_mark(shard_dir: &Path) -> Result<Option<u64>, String> {
+    let m = read_number(shard_dir, REPAIR_MARK)?;
+    if m.is_some() {
+        note_mark(shard_dir, true);
+    }
+    Ok(m)
+}
+
+/// Marks the shard: it may lack acknowledged records from `from` on (a damaged batch at
+/// the end of its log was, or is about to be, cut). Written durably before the cut; it
+/// keeps the node from leading or serving alone, across restarts, until it has followed
+/// a leader past that leader's end (`clear_repair_mark`), or an operator accepted the
+/// loss (`corelog admin accept-loss`).
+pub fn write_repair_mark(shard_dir: &Path, from: u64) -> Result<(), String> {
+    write_number(shard_dir, REPAIR_MARK, from)?;
+    note_mark(shard_dir, true);
+    Ok(())
+}
+
+pub fn clear_repair_mark(shard_dir: &Path) -> Result<(), String> {
+    let p = shard_dir.join(REPAIR_MARK);
+    match std::fs::remove_file(&p) {
+        Ok(()) => sync_dir(shard_dir)?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(format!("remove {}: {e}", p.display())),
+    }
+    note_mark(shard_dir, false);
+    Ok(())
+}
+
+/// Whether a shard of this process is marked (it must not take leadership).
+pub fn any_repair_mark() -> bool {
+    !MARKED.lock().unwrap().is_empty()
+}
+
+pub fn is_marked(shard_dir: &Path) -> bool {
+    MARKED.lock().unwrap().iter().any(|d| d == shard_dir)
+}
+
+fn note_mark(shard_dir: &Path, on: bool) {
+    let mut m = MARKED.lock().unwrap();
+    m.retain(|d| d != shard_dir);
+    if on {
+        m.push(shard_dir.to_path_buf());
+    }
+}
+
+fn read_number<T: std::str::FromStr>(shard_dir: &Path, name: &str) -> Result<Option<T>, String>
+where
+    T::Err: std::fmt::Display,
+{
     let p = shard_dir.join(name);
     match std::fs::read_to_string(&p) {
         Ok(s) => s.trim().parse().map(Some).map_err(|e| format!("bad {name} file {}: {e}", p.display())),
@@ -42,7 +102,7 @@ fn read_number(shard_dir: &Path, name: &str) -> Result<Option<u32>, String> {
     }
 }
 
-fn write_number(shard_dir: &Path, name: &str, value: u32) -> Result<(), String> {
+fn write_number<T: std::fmt::Display>(shard_dir: &Path, name: &str, value: T) -> Result<(), String> {
     let tmp = shard_dir.join(format!("{name}.tmp"));
     let fin = shard_dir.join(name);
     let r = (|| {
@@ -87,6 +147,36 @@ pub fn list_shards(data_dir: &Path) -> Result<Vec<u16>, String> {
 /// disk. This node only knows its own disk: if the other node ever led at a higher
 /// epoch than this one saw, pass an `epoch` above that one (see docs/operations.md).
 /// The node must be stopped (the shard locks are taken). Returns the new epoch.
+/// `corelog admin accept-loss`: cuts a damaged last batch and clears the repair mark of
+/// one shard of a stopped node. Says what was given up.
+pub fn accept_loss(data_dir: &Path, shard: u16) -> Result<String, String> {
+    let dir = shard_dir(data_dir, shard);
+    if !dir.is_dir() {
+        return Err(format!("{} is not a shard directory", dir.display()));
+    }
+    let _lock = lock_shard(&dir)?;
+    let scan = crate::wal::recovery::scan(shard, &dir).map_err(|e| e.to_string())?;
+    let mark = read_repair_mark(&dir)?;
+    let mut said = Vec::new();
+    if let Some(d) = &scan.damage {
+        let t = scan.torn.as_ref().expect("a damaged tail has bytes to zero");
+        crate::wal::recovery::repair(t)?;
+        said.push(format!("cut the {d}; the log now ends at offset {}", scan.next_offset));
+    }
+    if let Some(m) = mark {
+        clear_repair_mark(&dir)?;
+        said.push(format!("cleared the needs-repair mark (records from offset {m} may have been lost)"));
+    }
+    if said.is_empty() {
+        return Err(format!(
+            "shard {shard} of {} has no damaged last batch and no repair mark: nothing to accept",
+            data_dir.display()
+        ));
+    }
+    said.push(format!("offsets from {} will be handed out again", scan.next_offset));
+    Ok(format!("shard {shard}: {}", said.join("; ")))
+}
+
 pub fn promote(data_dir: &Path, epoch: Option<u32>) -> Result<u32, String> {
     let shards = list_shards(data_dir)?;
     if shards.is_empty() {

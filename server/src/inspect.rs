@@ -1,7 +1,8 @@
 //! `corelog inspect <data-dir>`: offline verification of every batch and record CRC.
 //! Prints, per shard: record count, first/last offset, segments, epoch, a digest of all
 //! record bytes (equal on two nodes holding the same records), and any torn tail.
-//! Exit code: 0 sound, 1 torn tail present (a restart truncates it), 2 corruption.
+//! Exit code: 0 sound, 1 torn tail present (a restart truncates it), 2 corruption,
+//! damage to a possibly acknowledged batch, a repair mark, or a read error.
 //! `--compare A B` compares two nodes' data dirs record by record (see `compare`).
 
 use std::path::Path;
@@ -44,7 +45,23 @@ pub fn run(data_dir: &Path) -> i32 {
                     s.next_offset,
                     s.segments.len()
                 );
-                if let Some(t) = &s.torn {
+                match control::read_repair_mark(&dir) {
+                    Ok(Some(m)) => {
+                        println!("shard {id}: NEEDS REPAIR: may lack acknowledged records from offset {m} (it follows until caught up with a leader)");
+                        code = 2;
+                    }
+                    Ok(None) => {}
+                    Err(e) => {
+                        println!("shard {id}: ERROR: {e}");
+                        code = 2;
+                    }
+                }
+                if let Some(d) = &s.damage {
+                    println!(
+                        "shard {id}: DAMAGED: {d}; it may have been acknowledged: a follower fetches it again from its leader, a leader or standalone node refuses to start (docs/operations.md, Storage faults)"
+                    );
+                    code = 2;
+                } else if let Some(t) = &s.torn {
                     println!(
                         "shard {id}: TORN TAIL in {} at byte {} ({} dirty bytes, {} empty segment(s)); the next start truncates it",
                         t.segment.display(),

@@ -98,6 +98,16 @@ enum AdminCmd {
         #[arg(long)]
         epoch: Option<u32>,
     },
+    /// Give up the damaged last batch of a stopped node's shard (or the records a
+    /// needs-repair shard may lack) so that it can serve alone. Their offsets are handed
+    /// out again. Only when no other copy exists: a follower repairs itself from its
+    /// leader without this.
+    AcceptLoss {
+        #[arg(long)]
+        data_dir: PathBuf,
+        #[arg(long)]
+        shard: u16,
+    },
 }
 
 #[derive(clap::Args)]
@@ -309,6 +319,9 @@ fn main() {
         }),
         Cmd::Quickstart(a) => quickstart::run(a),
         Cmd::Workload(a) => corelog_server::workload::main(a),
+        Cmd::Admin { cmd: AdminCmd::AcceptLoss { data_dir, shard } } => {
+            control::accept_loss(&data_dir, shard).map(|what| println!("{what}"))
+        }
         Cmd::Admin { cmd: AdminCmd::Promote { data_dir, epoch } } => control::promote(&data_dir, epoch).map(|e| {
             println!("promoted {}: epoch {e}; start it with `corelog serve --role leader`", data_dir.display())
         }),

@@ -78,7 +78,9 @@ pub fn serve(mut cfg: ServeConfig) -> Result<(), String> {
         }
         let mut disk_epoch = 0;
         for &id in &cfg.shards {
-            disk_epoch = disk_epoch.max(control::read_epoch(&control::shard_dir(&cfg.data_dir, id))?);
+            let dir = control::shard_dir(&cfg.data_dir, id);
+            disk_epoch = disk_epoch.max(control::read_epoch(&dir)?);
+            control::read_repair_mark(&dir)?; // a marked node does not lead (coordinator)
         }
         let (coordinator, d) = Coordinator::start(cc.clone(), disk_epoch)?;
         let c = ControlCell::new(cfg.shards.len(), d.leading);
@@ -178,11 +180,18 @@ pub fn serve(mut cfg: ServeConfig) -> Result<(), String> {
     for _ in &cfg.shards {
         match rx.recv() {
             Ok(Ok(line)) => eprintln!("corelog: {line}"),
+            Ok(Err(e)) if cfg.coord.is_some() && cfg.role == NodeRole::Leader && control::any_repair_mark() => {
+                // Won the term, then found damage: the mark is on disk now; the next
+                // image does not lead (it waits for the peer to take over and follows).
+                eprintln!("corelog: {e}");
+                crate::coord::reexec(&ctl, "a shard is damaged and cannot lead");
+            }
             Ok(Err(e)) => return Err(e),
             Err(_) => return Err("an executor died during start-up".into()),
         }
     }
     ready.store(true, Ordering::Release);
+    ctl.set_started();
     let tls_mode = match (&cfg.tls, crate::net::ktls::available()) {
         (Some(_), true) => "mTLS (kernel TLS after a rustls handshake)",
         (Some(_), false) => "mTLS (userspace rustls)",
@@ -200,6 +209,20 @@ pub fn serve(mut cfg: ServeConfig) -> Result<(), String> {
         let _ = j.join();
     }
     Ok(())
+}
+
+/// Why a leader or standalone node does not start on a damaged last batch, and what the
+/// operator can do.
+fn refuse_damaged(id: u16, d: &crate::wal::damage::Damage, cfg: &ServeConfig) -> String {
+    let how = match (cfg.role, cfg.coord.is_some()) {
+        (NodeRole::Standalone, _) => "This is the only copy".to_string(),
+        (_, true) => "In coordinator mode a damaged node does not lead: it re-executes, waits for its in-sync peer to take over, then follows it and gets the batch back".to_string(),
+        _ => "Repair it from the follower, which holds every acknowledged record: stop the follower, `corelog admin promote` its data dir and start it as leader, then start this node as its follower (it cuts the batch and fetches it again)".to_string(),
+    };
+    format!(
+        "refusing to start: {d}. The batch was written whole and changed afterwards, so it may have been acknowledged: cutting it would lose acknowledged writes and hand their offsets out again. {how}. To give up these records (their offsets are then reused): `corelog admin accept-loss --data-dir {} --shard {id}`; `corelog inspect` shows the damage",
+        cfg.data_dir.display(),
+    )
 }
 
 /// Which shard an executor runs, and what the control plane decided for it.
@@ -226,9 +249,36 @@ async fn start_shard(
     std::mem::forget(lock); // held until the process exits
     wal::probe::prime_iopoll_probe(&dir).await?;
     let scan = recovery::scan(id, &dir).map_err(|e| e.to_string())?;
-    if let Some(t) = &scan.torn {
+    let mark = control::read_repair_mark(&dir)?;
+    if let Some(d) = &scan.damage {
+        // Possibly acknowledged records are damaged: only a follower may cut them (its
+        // leader holds every acknowledged record and sends them again); the mark keeps
+        // it from leading until it has them back.
+        let from = mark.map_or(d.first_offset, |m| m.min(d.first_offset));
+        control::write_repair_mark(&dir, from)?;
+        if cfg.role != NodeRole::Follower {
+            return Err(refuse_damaged(id, d, cfg));
+        }
+        let t = scan.torn.as_ref().expect("a damaged tail has bytes to zero");
+        recovery::repair(t)?;
+        eprintln!(
+            "corelog: shard {id}: {d}; this node follows: the batch is cut and fetched again from the leader (marked needs-repair from offset {from}: it does not lead until it has caught up)"
+        );
+    } else if let Some(t) = &scan.torn {
         let what = recovery::repair(t)?;
         eprintln!("corelog: shard {id}: {what}");
+    }
+    if let (Some(m), None) = (mark, &scan.damage) {
+        if cfg.role != NodeRole::Follower {
+            return Err(format!(
+                "{} is marked needs-repair: it may lack acknowledged records from offset {m} (a damaged batch was cut and the shard has not caught up with a leader since). It can only follow a node that holds them (`serve --role follower`, or coordinator mode with its peer leading); if no copy exists, `corelog admin accept-loss --data-dir {} --shard {id}` lets it serve without them",
+                dir.display(),
+                cfg.data_dir.display()
+            ));
+        }
+        eprintln!(
+            "corelog: shard {id}: marked needs-repair from offset {m}: following until caught up with the leader"
+        );
     }
     let stored_epoch = control::read_epoch(&dir)?;
     let log = Rc::new(wal::Log::open(&dir, &scan, cfg.segment_bytes).await.map_err(|e| format!("open log: {e}"))?);

@@ -115,7 +115,18 @@ fn segment(node: &Node) -> std::path::PathBuf {
 
 #[test]
 fn torn_tail_is_truncated_and_later_writes_land_after_it() {
-    for garble in [false, true] {
+    // A torn write: the next batch (offsets 5..=7, never acknowledged) reached the disk
+    // in part, each 512-byte sector whole or not at all. Damage to an acknowledged batch
+    // is another matter (storage_faults.rs).
+    use corelog_server::wal::batch::{encode_into, span, BatchHeader};
+    let mut rec_bytes = Vec::new();
+    for i in 0..3u64 {
+        corelog_client::record::encode(5 + i, 1, &[0x5a; 1000], &mut rec_bytes);
+    }
+    let h = BatchHeader { first_offset: 5, count: 3, records_len: rec_bytes.len() as u32, epoch: 1 };
+    let mut unacked = vec![0u8; span(rec_bytes.len()) as usize];
+    encode_into(&h, &rec_bytes, &mut unacked);
+    for sectors in [vec![0, 1], vec![3], vec![0, 2, 5]] {
         let dir = TempDir::new("torn");
         let mut node = standalone(&dir, None, &["--shard-count", "1"]);
         node.start();
@@ -123,11 +134,9 @@ fn torn_tail_is_truncated_and_later_writes_land_after_it() {
         node.kill9();
         let seg = segment(&node);
         let f = std::fs::OpenOptions::new().write(true).open(&seg).unwrap();
-        // Batches sit at 0, 4096, ..., 16384: damage the last one.
-        if garble {
-            f.write_all_at(&[0xA5; 700], 16384 + 10).unwrap();
-        } else {
-            f.set_len(16384 + 20).unwrap(); // cut inside the last batch
+        // Batches sit at 0, 4096, ..., 16384: the torn one at 20480.
+        for s in sectors {
+            f.write_all_at(&unacked[s * 512..(s + 1) * 512], 20480 + s as u64 * 512).unwrap();
         }
         drop(f);
         let (code, out) = inspect(&node.data);
@@ -137,17 +146,17 @@ fn torn_tail_is_truncated_and_later_writes_land_after_it() {
         assert!(node.log_text().contains("truncated torn tail"), "{}", node.log_text());
         let rt = runtime();
         let recs = rt.block_on(read_all(&node.addr(), &client_config(None), 0));
-        assert_eq!(recs.len(), 4, "the torn (never acknowledged) batch is gone");
+        assert_eq!(recs.len(), 5, "the torn (never acknowledged) batch is gone, the acknowledged ones stay");
         for (r, p) in recs.iter().zip(&payloads) {
             assert_eq!(&r.payload, p);
         }
-        // New writes continue at offset 4 and survive a restart.
-        let more = write_batches(&node, 4, 3, "more");
+        // New writes continue at offset 5 and survive a restart.
+        let more = write_batches(&node, 5, 3, "more");
         node.kill9();
         node.start();
         let recs = rt.block_on(read_all(&node.addr(), &client_config(None), 0));
-        assert_eq!(recs.len(), 7);
-        assert_eq!(recs[4..].iter().map(|r| r.payload.clone()).collect::<Vec<_>>(), more);
+        assert_eq!(recs.len(), 8);
+        assert_eq!(recs[5..].iter().map(|r| r.payload.clone()).collect::<Vec<_>>(), more);
         node.kill9();
         assert_eq!(inspect(&node.data).0, 0);
     }

@@ -19,6 +19,8 @@ pub struct ControlCell {
     stop: AtomicBool,
     /// Bumped by the coordinator before it asks the shards a fresh question.
     gen: AtomicU64,
+    /// Every shard of this process has recovered (and cut or marked any damage).
+    started: AtomicBool,
     pub slots: Vec<ShardSlot>,
 }
 
@@ -51,8 +53,19 @@ impl ControlCell {
             solo: AtomicBool::new(false),
             stop: AtomicBool::new(false),
             gen: AtomicU64::new(1),
+            started: AtomicBool::new(false),
             slots: (0..shards).map(|_| ShardSlot::default()).collect(),
         }
+    }
+
+    pub fn set_started(&self) {
+        self.started.store(true, Ordering::Release);
+    }
+
+    /// Every shard has recovered: a follower may take over only then (a shard that found
+    /// damage has marked itself by then, see `control::any_repair_mark`).
+    pub fn started(&self) -> bool {
+        self.started.load(Ordering::Acquire)
     }
 
     /// No coordinator: never a lease limit, never solo.

@@ -163,6 +163,13 @@ impl Coordinator {
         }
         let view = self.read()?;
         match term::on_start(&view, &self.cfg.node_id, self.disk_epoch) {
+            Start::Lead(_) if crate::control::any_repair_mark() => {
+                self.note(
+                    "wait",
+                    "a shard is marked needs-repair (it may lack acknowledged records): not leading; waiting for the peer to lead, then following it until caught up",
+                );
+                Ok(None)
+            }
             Start::Lead(t) => {
                 if self.claim(&view, &t)? {
                     eprintln!("corelog: coordinator: leading in epoch {} (in-sync set {:?})", t.epoch, t.isr);
@@ -368,7 +375,14 @@ impl Coordinator {
                             shown = t.clone();
                         }
                     }
-                    if view.leader.is_none() || leader_dead {
+                    if (view.leader.is_none() || leader_dead) && !ctl.started() {
+                        self.note("take-over", "leader lost while this node is still recovering: no take-over yet");
+                    } else if (view.leader.is_none() || leader_dead) && crate::control::any_repair_mark() {
+                        self.note(
+                            "take-over",
+                            "leader lost, but a shard here is marked needs-repair (it may lack acknowledged records): no take-over",
+                        );
+                    } else if view.leader.is_none() || leader_dead {
                         match term::take_over(&view, &self.cfg.node_id, self.disk_epoch, leader_dead) {
                             Ok(t) => match self.claim(&view, &t) {
                                 Ok(true) => {
@@ -414,6 +428,11 @@ fn gauges(t: &Term, leading: bool, solo: bool) {
 
 /// Stops the data plane and re-executes this process to take its new role from etcd.
 fn restart(ctl: &ControlCell, why: &str) -> ! {
+    reexec(ctl, why)
+}
+
+/// [`restart`], also for the node's start-up (a leader whose shard turned out damaged).
+pub fn reexec(ctl: &ControlCell, why: &str) -> ! {
     eprintln!("corelog: coordinator: {why}: re-executing to change role");
     ctl.stop();
     let until = Instant::now() + Duration::from_secs(5);

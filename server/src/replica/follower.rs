@@ -13,6 +13,7 @@ use corelog_client::record;
 use glommio::net::{TcpListener, TcpStream};
 
 use super::{handshake, next_frame, parse};
+use crate::control;
 use crate::net::tls;
 use crate::net::tls_io::{self, Writer};
 use crate::shard::Shard;
@@ -70,12 +71,12 @@ async fn serve(
             format!("TLS handshake failed: {e}")
         })?;
     let mut used = 0;
-    let leader_epoch = {
+    let (leader_epoch, leader_end) = {
         let f = deadline(hello_by, next_frame(&mut rd, &mut used))
             .await
             .ok_or_else(timed_out)??
             .ok_or("closed before Hello")?;
-        let Repl::Hello { version, shard: s, shard_count, epoch, .. } = parse(&f)? else {
+        let Repl::Hello { version, shard: s, shard_count, epoch, next_offset: leader_end, .. } = parse(&f)? else {
             return Err(refuse(&mut wr, ErrorCode::BadHandshake, "first frame must be Hello".into()).await);
         };
         if version != REPL_PROTOCOL_VERSION {
@@ -111,7 +112,7 @@ async fn serve(
             )
             .await);
         }
-        epoch
+        (epoch, leader_end)
     };
     // The newest authenticated leader connection wins; older ones stop applying.
     gen.set(gen.get() + 1);
@@ -167,7 +168,11 @@ async fn serve(
     eprintln!("corelog: shard {}: following leader at epoch {leader_epoch} from offset {start}", shard.id());
     let done = Rc::new(Cell::new(false));
     let pinged = Rc::new(Cell::new(false));
-    let acker = glommio::spawn_local(ack_loop(shard.clone(), wr, start, done.clone(), pinged.clone()));
+    // A shard marked needs-repair has every acknowledged record back once it holds the
+    // leader's durable end as of this handshake (every earlier ack is below it, every
+    // later one needs our own ack).
+    let repaired = control::is_marked(dir).then(|| (leader_end, dir.to_path_buf()));
+    let acker = glommio::spawn_local(ack_loop(shard.clone(), wr, start, done.clone(), pinged.clone(), repaired));
     let r = apply(shard, &mut rd, &mut used, leader_epoch, gen, my_gen, &pinged).await;
     shard.leader_link_lost();
     done.set(true);
@@ -223,11 +228,28 @@ async fn apply(
     }
 }
 
-/// Acks the durable end whenever it advances.
-async fn ack_loop(shard: Rc<Shard>, mut wr: Writer, mut acked: u64, done: Rc<Cell<bool>>, pinged: Rc<Cell<bool>>) {
+/// Acks the durable end whenever it advances; clears the shard's repair mark once the
+/// end reaches `repaired.0`.
+async fn ack_loop(
+    shard: Rc<Shard>,
+    mut wr: Writer,
+    mut acked: u64,
+    done: Rc<Cell<bool>>,
+    pinged: Rc<Cell<bool>>,
+    mut repaired: Option<(u64, PathBuf)>,
+) {
     let mut out = Vec::with_capacity(32);
     while !done.get() {
         let end = shard.log.next_offset();
+        if let Some((at, dir)) = repaired.take_if(|(at, _)| end >= *at) {
+            match control::clear_repair_mark(&dir) {
+                Ok(()) => eprintln!(
+                    "corelog: shard {}: repaired: holds the leader's end {at} (every acknowledged record); needs-repair mark cleared",
+                    shard.id()
+                ),
+                Err(e) => crate::fatal(&format!("shard {}: clearing the repair mark: {e}", shard.id())),
+            }
+        }
         if end > acked || pinged.replace(false) {
             out.clear();
             Repl::Ack { next_offset: end }.encode(&mut out);

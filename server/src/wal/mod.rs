@@ -2,12 +2,16 @@
 //!
 //! - [`batch`]: the on-disk batch frame (one group-commit write).
 //! - [`recovery`]: the boot-time / offline scan and torn-tail repair (std I/O).
+//! - [`segread`]: positioned reads of a segment for the scan (errors, never SIGBUS).
+//! - [`damage`]: a torn write or damage to a possibly acknowledged batch?
 //! - [`log`]: the live log on glommio Direct I/O: append, read, truncate, roll-over.
 //! - [`probe`]: refuse data dirs that do not honour O_DIRECT.
 
 pub mod batch;
+pub mod damage;
 pub mod log;
 pub mod probe;
 pub mod recovery;
+pub mod segread;
 
 pub use log::Log;

@@ -45,12 +45,26 @@ pub fn check_direct_io(dir: &Path) -> Result<(), String> {
         f.sync_data()
     })();
     let _ = std::fs::remove_file(&probe);
-    res.map_err(|e| {
-        format!(
-            "data dir {} does not honour O_DIRECT ({e}): corelog needs a real block-device filesystem",
-            dir.display()
-        )
-    })
+    res.map_err(|e| probe_error(dir, &e))
+}
+
+/// Only EINVAL means the filesystem refuses O_DIRECT; anything else is about the disk.
+fn probe_error(dir: &Path, e: &std::io::Error) -> String {
+    let d = dir.display();
+    match e.raw_os_error() {
+        Some(libc::EINVAL) => {
+            format!("data dir {d} does not honour O_DIRECT ({e}): corelog needs a real block-device filesystem")
+        }
+        Some(libc::ENOSPC) | Some(libc::EDQUOT) => format!(
+            "data dir {d} is full: writing a 4 KiB probe block failed ({e}); free space on its filesystem (nothing was changed)"
+        ),
+        Some(libc::EROFS) | Some(libc::EACCES) | Some(libc::EPERM) => {
+            format!("data dir {d} is not writable: writing a 4 KiB probe block failed ({e})")
+        }
+        _ => format!(
+            "data dir {d}: writing and syncing a 4 KiB probe block with O_DIRECT failed ({e}): the device or filesystem reports an error"
+        ),
+    }
 }
 
 /// glommio decides once per block device whether reads can use the IOPOLL ring, by
@@ -69,4 +83,17 @@ pub async fn prime_iopoll_probe(dir: &Path) -> Result<(), String> {
     }
     let _ = std::fs::remove_file(&p);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn probe_errors_name_the_real_cause() {
+        let d = std::path::Path::new("/data");
+        let msg = |code| super::probe_error(d, &std::io::Error::from_raw_os_error(code));
+        assert!(msg(libc::EINVAL).contains("does not honour O_DIRECT"));
+        assert!(msg(libc::ENOSPC).contains("is full") && !msg(libc::ENOSPC).contains("O_DIRECT ("));
+        assert!(msg(libc::EIO).contains("device or filesystem reports an error"));
+        assert!(msg(libc::EROFS).contains("not writable"));
+    }
 }

@@ -3,14 +3,19 @@
 //! gap-free. The first position that does not hold the next valid batch is the end of
 //! the log. Anything valid found *after* it means the middle of the log is damaged:
 //! recovery refuses, naming shard, segment and byte offset. Non-zero bytes after the end
-//! with nothing valid behind them are a torn tail (a batch that was never acknowledged):
-//! `repair` zeroes them.
+//! with nothing valid behind them are either a torn tail (a write cut by a crash, never
+//! acknowledged: `repair` zeroes them) or a batch written whole and damaged afterwards,
+//! which may have been acknowledged ([`damage`] tells them apart; `ShardScan::damage`).
+//! Files are read with positioned reads ([`segread`]): a device error is an error naming
+//! the file and byte, not a SIGBUS.
 
 use std::path::{Path, PathBuf};
 
 use corelog_client::record;
 
 use super::batch::{self, BLOCK};
+use super::damage::{self, Damage};
+use super::segread::{ReadFault, SegReader};
 
 /// Where one batch lives.
 #[derive(Debug, Clone, Copy)]
@@ -56,7 +61,12 @@ pub struct ShardScan {
     pub records: u64,
     /// (epoch, first offset written under it), ascending, from the records themselves.
     pub epochs: Vec<(u32, u64)>,
+    /// Bytes past the valid end to zero before writing (`repair`). With `damage` set
+    /// they are not a torn write: see `damage`.
     pub torn: Option<Torn>,
+    /// The invalid batch at the end was written whole and damaged afterwards: it may
+    /// have been acknowledged ([`damage`] explains how this is told from a torn write).
+    pub damage: Option<Damage>,
 }
 
 impl ShardScan {
@@ -71,6 +81,7 @@ impl ShardScan {
 #[derive(Debug)]
 pub enum ScanError {
     Io(String),
+    Read(ReadFault),
     Corrupt { shard: u16, segment: PathBuf, pos: u64, reason: String },
 }
 
@@ -78,12 +89,19 @@ impl std::fmt::Display for ScanError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             ScanError::Io(e) => write!(f, "{e}"),
+            ScanError::Read(e) => write!(f, "{e}"),
             ScanError::Corrupt { shard, segment, pos, reason } => write!(
                 f,
                 "corruption in the middle of the log: shard {shard}, segment {}, byte offset {pos}: {reason}",
                 segment.display()
             ),
         }
+    }
+}
+
+impl From<ReadFault> for ScanError {
+    fn from(e: ReadFault) -> Self {
+        ScanError::Read(e)
     }
 }
 
@@ -107,22 +125,18 @@ fn list_segments(dir: &Path) -> Result<Vec<(u64, PathBuf)>, ScanError> {
     Ok(v)
 }
 
-fn map(path: &Path) -> Result<Option<memmap2::Mmap>, ScanError> {
-    let f = std::fs::File::open(path).map_err(|e| ScanError::Io(format!("open {}: {e}", path.display())))?;
-    let len = f.metadata().map_err(|e| ScanError::Io(e.to_string()))?.len();
-    if len == 0 {
-        return Ok(None);
-    }
-    // SAFETY: the file is not modified while mapped (the server owns the directory; the
-    // scan runs before any writer starts, and inspect is documented as offline).
-    let m = unsafe { memmap2::Mmap::map(&f) }.map_err(|e| ScanError::Io(format!("mmap {}: {e}", path.display())))?;
-    Ok(Some(m))
-}
-
 /// Scans the shard directory. Does not modify anything.
 pub fn scan(shard: u16, dir: &Path) -> Result<ShardScan, ScanError> {
     let files = list_segments(dir)?;
-    let mut out = ShardScan { shard, segments: Vec::new(), next_offset: 0, records: 0, epochs: Vec::new(), torn: None };
+    let mut out = ShardScan {
+        shard,
+        segments: Vec::new(),
+        next_offset: 0,
+        records: 0,
+        epochs: Vec::new(),
+        torn: None,
+        damage: None,
+    };
     if let Some((first, _)) = files.first() {
         out.next_offset = *first;
     }
@@ -130,14 +144,13 @@ pub fn scan(shard: u16, dir: &Path) -> Result<ShardScan, ScanError> {
     let mut end: Option<(usize, u64)> = None;
     let mut stale_name = false;
     for (i, (first, path)) in files.iter().enumerate() {
-        let mm = map(path)?;
-        let data: &[u8] = mm.as_deref().unwrap_or(&[]);
-        let mut seg =
-            SegmentInfo { path: path.clone(), first_offset: *first, len: data.len() as u64, batches: Vec::new() };
+        let mut r = SegReader::open(path).map_err(ScanError::Io)?;
+        let len = r.file_len();
+        let mut seg = SegmentInfo { path: path.clone(), first_offset: *first, len, batches: Vec::new() };
         if *first != out.next_offset {
             // A segment must start where the previous one ended. An all-zero one is a
             // roll-over interrupted by a crash; anything else is damage.
-            if !tail_is_zero(data) {
+            if !r.zero_from(0)? {
                 return Err(ScanError::Corrupt {
                     shard,
                     segment: path.clone(),
@@ -151,8 +164,8 @@ pub fn scan(shard: u16, dir: &Path) -> Result<ShardScan, ScanError> {
             break;
         }
         let mut pos = 0u64;
-        while pos + batch::BATCH_HEADER_LEN as u64 <= data.len() as u64 {
-            let at = &data[pos as usize..];
+        while pos + batch::BATCH_HEADER_LEN as u64 <= len {
+            let at = r.get(pos, batch::BATCH_HEADER_LEN + batch::MAX_BATCH_BYTES)?;
             match batch::decode(at) {
                 Some(h) if h.first_offset == out.next_offset => {
                     let recs = &at[batch::BATCH_HEADER_LEN..batch::BATCH_HEADER_LEN + h.records_len as usize];
@@ -175,10 +188,7 @@ pub fn scan(shard: u16, dir: &Path) -> Result<ShardScan, ScanError> {
                     pos += batch::span(h.records_len as usize);
                 }
                 _ => {
-                    if is_zero(&at[..(BLOCK as usize).min(at.len())])
-                        && i + 1 < files.len()
-                        && tail_is_zero(&data[pos as usize..])
-                    {
+                    if i + 1 < files.len() && r.zero_from(pos)? {
                         // Clean end of a full segment: the next one continues the log.
                         break;
                     }
@@ -187,9 +197,12 @@ pub fn scan(shard: u16, dir: &Path) -> Result<ShardScan, ScanError> {
                 }
             }
         }
-        if end.is_none() && (pos as usize) < data.len() && !tail_is_zero(&data[pos as usize..]) {
+        if end.is_none() && pos < len && !r.zero_from(pos)? {
             // Bytes too short to hold a batch header (e.g. a file cut inside the last one).
             end = Some((i, pos));
+        }
+        if let Some((_, p)) = end.filter(|_| !stale_name) {
+            out.damage = damage::classify(&mut r, path, p, out.next_offset)?;
         }
         out.segments.push(seg);
         if end.is_some() {
@@ -235,24 +248,20 @@ fn is_zero(b: &[u8]) -> bool {
     b.iter().all(|x| *x == 0)
 }
 
-fn tail_is_zero(b: &[u8]) -> bool {
-    b.chunks(BLOCK as usize).all(is_zero)
-}
-
 /// After the end at (segment i, pos): any valid batch later means mid-log corruption.
 /// Otherwise returns the dirty range to zero, if any.
 fn check_tail(shard: u16, files: &[(u64, PathBuf)], i: usize, pos: u64) -> Result<Option<Torn>, ScanError> {
     let mut torn = Torn { segment: files[i].1.clone(), pos, dirty_end: pos, empty_segments: Vec::new() };
     for (j, (_, path)) in files.iter().enumerate().skip(i) {
-        let mm = map(path)?;
-        let data: &[u8] = mm.as_deref().unwrap_or(&[]);
+        let mut r = SegReader::open(path).map_err(ScanError::Io)?;
         let mut p = if j == i { pos } else { 0 };
         let mut nonzero = false;
-        while p < data.len() as u64 {
-            let block = &data[p as usize..(p + BLOCK).min(data.len() as u64) as usize];
+        while p < r.file_len() {
+            let block = r.get(p, BLOCK as usize)?;
+            let n = block.len() as u64;
             if !is_zero(block) {
                 nonzero = true;
-                if batch::decode(&data[p as usize..]).is_some() {
+                if batch::decode(r.get(p, batch::BATCH_HEADER_LEN + batch::MAX_BATCH_BYTES)?).is_some() {
                     return Err(ScanError::Corrupt {
                         shard,
                         segment: files[i].1.clone(),
@@ -264,7 +273,7 @@ fn check_tail(shard: u16, files: &[(u64, PathBuf)], i: usize, pos: u64) -> Resul
                     });
                 }
                 if j == i {
-                    torn.dirty_end = p + block.len() as u64;
+                    torn.dirty_end = p + n;
                 }
             }
             p += BLOCK;

@@ -17,6 +17,10 @@ use corelog_client::{Client, ClientConfig, Position, Record};
 pub mod coord;
 pub mod etcd;
 pub mod netns;
+pub mod pair;
+
+#[allow(unused_imports)]
+pub use pair::*;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_corelog");
 

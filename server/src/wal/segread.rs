@@ -1,0 +1,128 @@
+//! Reading a segment file at boot and offline, with ordinary positioned reads through a
+//! bounded window. Never mmap: through a mapping a device read error arrives as SIGBUS
+//! and kills the process; here it is an error that names the file and the byte offset.
+
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use super::batch::BLOCK;
+
+/// Bytes read at once (and held): at least one whole batch span (1 MiB + header).
+pub const WINDOW: usize = 8 << 20;
+
+/// A read the device refused.
+#[derive(Debug, Clone)]
+pub struct ReadFault {
+    pub path: PathBuf,
+    /// The first 4 KiB block that could not be read.
+    pub pos: u64,
+    pub error: String,
+}
+
+impl std::fmt::Display for ReadFault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "read error in {} at byte {} (4 KiB block {}): {}",
+            self.path.display(),
+            self.pos,
+            self.pos / BLOCK,
+            self.error
+        )
+    }
+}
+
+pub struct SegReader {
+    path: PathBuf,
+    file: std::fs::File,
+    len: u64,
+    start: u64,
+    buf: Vec<u8>,
+}
+
+impl SegReader {
+    pub fn open(path: &Path) -> Result<SegReader, String> {
+        let file = std::fs::File::open(path).map_err(|e| format!("open {}: {e}", path.display()))?;
+        let len = file.metadata().map_err(|e| format!("stat {}: {e}", path.display()))?.len();
+        Ok(SegReader { path: path.to_path_buf(), file, len, start: 0, buf: Vec::new() })
+    }
+
+    /// The file's length in bytes.
+    pub fn file_len(&self) -> u64 {
+        self.len
+    }
+
+    /// Up to `want` bytes from `pos`: fewer only where the file ends (none past it).
+    /// `want` must not exceed [`WINDOW`].
+    pub fn get(&mut self, pos: u64, want: usize) -> Result<&[u8], ReadFault> {
+        assert!(want <= WINDOW, "a read of {want} bytes is larger than the window");
+        if pos >= self.len {
+            return Ok(&[]);
+        }
+        let end = (pos + want as u64).min(self.len);
+        if pos < self.start || end > self.start + self.buf.len() as u64 {
+            let start = pos / BLOCK * BLOCK;
+            // `pos` may sit up to a block past `start`: a window and a block cover `end`.
+            let n = (WINDOW as u64 + BLOCK).min(self.len - start) as usize;
+            self.buf.resize(n, 0);
+            if let Err(e) = self.file.read_exact_at(&mut self.buf, start) {
+                self.buf.clear();
+                return Err(self.locate(start, n as u64, e));
+            }
+            self.start = start;
+        }
+        Ok(&self.buf[(pos - self.start) as usize..(end - self.start) as usize])
+    }
+
+    /// True when every byte from `pos` to the end of the file is zero.
+    pub fn zero_from(&mut self, pos: u64) -> Result<bool, ReadFault> {
+        let mut p = pos;
+        while p < self.len {
+            let chunk = self.get(p, WINDOW)?;
+            if chunk.iter().any(|b| *b != 0) {
+                return Ok(false);
+            }
+            p += chunk.len() as u64;
+        }
+        Ok(true)
+    }
+
+    /// Finds the first unreadable block of a failed read, for the error message.
+    fn locate(&self, start: u64, n: u64, first: std::io::Error) -> ReadFault {
+        let mut block = vec![0u8; BLOCK as usize];
+        let mut p = start;
+        while p < start + n {
+            let k = BLOCK.min(start + n - p) as usize;
+            if let Err(e) = self.file.read_exact_at(&mut block[..k], p) {
+                return ReadFault { path: self.path.clone(), pos: p, error: e.to_string() };
+            }
+            p += BLOCK;
+        }
+        ReadFault { path: self.path.clone(), pos: start, error: first.to_string() }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn windows_cover_every_position_and_stop_at_the_end() {
+        let dir = std::env::temp_dir().join(format!("corelog-segread-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("x.log");
+        let data: Vec<u8> = (0..(WINDOW + 3 * BLOCK as usize + 100)).map(|i| (i % 251) as u8).collect();
+        std::fs::write(&path, &data).unwrap();
+        let mut r = SegReader::open(&path).unwrap();
+        for pos in [0u64, 5, 4096, WINDOW as u64 - 10, WINDOW as u64 + 1, data.len() as u64 - 3] {
+            let got = r.get(pos, 64).unwrap().to_vec();
+            let end = (pos as usize + 64).min(data.len());
+            assert_eq!(got, data[pos as usize..end], "at {pos}");
+        }
+        assert!(r.get(data.len() as u64, 10).unwrap().is_empty());
+        assert!(!r.zero_from(0).unwrap());
+        std::fs::write(&path, vec![0u8; 3 * WINDOW]).unwrap();
+        assert!(SegReader::open(&path).unwrap().zero_from(7).unwrap());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
