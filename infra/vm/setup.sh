@@ -16,7 +16,7 @@
 set -euo pipefail
 
 PKGS=(qemu-system-x86 linux-image-amd64 busybox-static cpio kmod xz-utils zstd
-      mdadm e2fsprogs xfsprogs shellcheck)
+      mdadm e2fsprogs xfsprogs dmsetup shellcheck)
 # shellcheck disable=SC2206  # word splitting of the extra list is intended
 PKGS+=(${VM_SETUP_EXTRA:-})
 

@@ -173,12 +173,21 @@ impl Log {
         let mut count = 0u32;
         let mut at = from;
         while at < upto && (out.is_empty() || out.len() < max_bytes) {
-            let Some((file, b, _, _)) = self.locate(at) else {
+            let Some((file, b, si, _)) = self.locate(at) else {
                 break;
             };
             let len = BATCH_HEADER_LEN + b.records_len as usize;
             let span = batch::span(b.records_len as usize) as usize;
-            let data = file.read_at_aligned(b.pos, span).await.map_err(io::Error::from)?;
+            let polled = file.read_at_aligned(b.pos, span).await.map_err(io::Error::from);
+            let owned;
+            let data: &[u8] = match &polled {
+                Ok(d) => d,
+                Err(e) if e.kind() == io::ErrorKind::Unsupported => {
+                    owned = self.read_plain(si, b.pos, span, e)?;
+                    &owned
+                }
+                Err(e) => return Err(io::Error::new(e.kind(), e.to_string())),
+            };
             if data.len() < len {
                 return Err(io::Error::new(
                     io::ErrorKind::UnexpectedEof,
@@ -210,6 +219,32 @@ impl Log {
             }
         }
         Ok((out, count))
+    }
+
+    /// A read the poll ring refused with EOPNOTSUPP, done with a plain `pread` on a
+    /// second descriptor: a device-mapper table without poll support (an `error` or
+    /// `flakey` target, some multipath setups) can be loaded under a running node, and
+    /// glommio decided at open time to read this device through the poll ring. Blocking,
+    /// but only on that degraded path; it says so once per process.
+    fn read_plain(&self, si: usize, pos: u64, span: usize, why: &io::Error) -> io::Result<Vec<u8>> {
+        use std::os::unix::fs::FileExt;
+        static SAID: std::sync::Once = std::sync::Once::new();
+        let path = self.segments.borrow()[si].path.clone();
+        SAID.call_once(|| {
+            eprintln!(
+                "corelog: the device refuses polled reads ({why}); reading {} and the rest of this process's segments with plain reads",
+                path.display()
+            )
+        });
+        metrics::counter!("corelog_read_fallbacks_total").increment(1);
+        // O_DIRECT like the polled path: the bytes come from the device, not a cache.
+        use std::os::unix::fs::OpenOptionsExt;
+        let f = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_DIRECT).open(&path)?;
+        let mut buf = AlignedBuf::new(span);
+        let n = f
+            .read_at(buf.as_mut(), pos)
+            .map_err(|e| io::Error::new(e.kind(), format!("read {} at byte {pos}: {e}", path.display())))?;
+        Ok(buf.as_mut()[..n].to_vec())
     }
 
     /// The identity (epoch, CRC) of the last record below `end` (≤ `next_offset()`), None
@@ -262,6 +297,34 @@ impl Log {
         self.next_offset.set(b.first_offset);
         self.epochs.borrow_mut().retain(|(_, o)| *o < b.first_offset);
         Ok(b.first_offset)
+    }
+}
+
+/// A zeroed, 4 KiB-aligned buffer for an O_DIRECT read.
+struct AlignedBuf {
+    ptr: *mut u8,
+    layout: std::alloc::Layout,
+}
+
+impl AlignedBuf {
+    fn new(len: usize) -> AlignedBuf {
+        let layout = std::alloc::Layout::from_size_align(len.max(1), batch::BLOCK as usize).expect("layout");
+        // SAFETY: non-zero size; freed in Drop with the same layout.
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        assert!(!ptr.is_null(), "out of memory for a {len}-byte read buffer");
+        AlignedBuf { ptr, layout }
+    }
+
+    fn as_mut(&mut self) -> &mut [u8] {
+        // SAFETY: ptr holds layout.size() initialised (zeroed) bytes, owned by self.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.layout.size()) }
+    }
+}
+
+impl Drop for AlignedBuf {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with this layout.
+        unsafe { std::alloc::dealloc(self.ptr, self.layout) }
     }
 }
 
