@@ -15,6 +15,7 @@
 #      the table reloaded healthy: reads work again.
 #   C. EIO on write/fdatasync while running: exit 70, no acknowledgement after the
 #      failure; healed, every acknowledged append reads back.
+#   E. a full disk at start-up: exit 1, the message says the disk is full.
 # Any mismatch: exit 1. The last line is `storage-vm: PASS` on success.
 # shellcheck disable=SC2015,SC2059,SC2086  # `A && B || fail` is meant (fail exits); $CL is a flag list; the printf builds an octal escape
 set -u
@@ -187,5 +188,18 @@ mount /dev/mapper/data /data || fail "C: mount after healing"
 serve c-healed.log
 check_all C
 stop
+
+# --- E: a restart on a full disk: the message says so (it used to blame O_DIRECT) -------
+dd if=/dev/zero of=/data/filler bs=1M >/dev/null 2>&1
+sync
+corelog serve --role standalone --shard-count 1 --data-dir /data/d --listen 127.0.0.1:9400 \
+  --insecure >>"$W/e.log" 2>&1 &
+PID=$!
+wait_exit
+[ "$code" = 1 ] || fail "E: start on a full disk gave exit status $code, want 1"
+grep -q "is full" "$W/e.log" || fail "E: the message does not say the disk is full"
+grep -q "does not honour O_DIRECT" "$W/e.log" && fail "E: a full disk blamed on O_DIRECT"
+say "E: full disk at start-up: $(grep -o 'data dir.*' "$W/e.log" | head -1 | cut -c1-160)"
+rm -f /data/filler
 umount /data
 say PASS
