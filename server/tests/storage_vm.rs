@@ -3,8 +3,9 @@
 //! (`infra/vm/run-in-vm.sh -m dm_mod`), by `tests/vm/storage.sh`: a read error at
 //! start-up (refused with file and byte, no SIGBUS), a flipped byte in the last
 //! acknowledged batch written to the raw device (refused, nothing cut), EIO on
-//! write/fdatasync while running (exit 70, nothing acknowledged after it) — every
-//! acknowledged append read back after healing. Skipped (with the reason printed) only
+//! write/fdatasync while running (exit 70, nothing acknowledged after it), a read error
+//! while running and tables reloaded under the node, a restart on a full disk, the disk
+//! filling up while running — every acknowledged append read back after healing. Skipped (with the reason printed) only
 //! where the harness answers 77 (qemu or the Debian kernel cannot be installed), or with
 //! `CORELOG_SKIP_VM=1`; under `CORELOG_NO_SKIP=1` a skip is a failure.
 
@@ -47,7 +48,7 @@ fn storage_faults_in_vm() {
     let corelog = env!("CARGO_BIN_EXE_corelog");
     let mut cmd = Command::new("bash");
     cmd.arg(root.join("infra/vm/run-in-vm.sh"))
-        .args(["-m", "dm_mod", "-s", "64", "-t", "280", "--mem", "1024", "-d"])
+        .args(["-m", "dm_mod", "-s", "64", "-t", "420", "--mem", "1024", "-d"])
         .arg(&disk)
         .arg("-f")
         .arg(format!("{corelog}:/usr/local/bin/corelog"));

@@ -16,6 +16,8 @@
 #   C. EIO on write/fdatasync while running: exit 70, no acknowledgement after the
 #      failure; healed, every acknowledged append reads back.
 #   E. a full disk at start-up: exit 1, the message says the disk is full.
+#   F. the disk fills up while running (a segment roll-over hits ENOSPC): exit 70,
+#      nothing acknowledged after it; with space freed, every acknowledged append reads back.
 # Any mismatch: exit 1. The last line is `storage-vm: PASS` on success.
 # shellcheck disable=SC2015,SC2059,SC2086  # `A && B || fail` is meant (fail exits); $CL is a flag list; the printf builds an octal escape
 set -u
@@ -83,7 +85,7 @@ append() { # append TAG N: one append at a time, each acknowledged one recorded
 check_all() { # every acknowledged append at its offset with its payload
   corelog read $CL --shard 0 --from 0 --limit 100000 >"$W/read" 2>>"$W/client.log" || fail "read back"
   while read -r off p; do
-    grep -q "^$off	$p\$" "$W/read" || fail "acknowledged offset $off ($p) not read back: $(grep "^$off	" "$W/read")"
+    grep -qxF "$off	$p" "$W/read" || fail "acknowledged offset $off ($p) not read back: $(grep "^$off	" "$W/read")"
   done <"$W/acked"
   say "$1: $(wc -l <"$W/acked") acknowledged appends, all read back at their offsets ($(wc -l <"$W/read") records)"
 }
@@ -201,5 +203,30 @@ grep -q "is full" "$W/e.log" || fail "E: the message does not say the disk is fu
 grep -q "does not honour O_DIRECT" "$W/e.log" && fail "E: a full disk blamed on O_DIRECT"
 say "E: full disk at start-up: $(grep -o 'data dir.*' "$W/e.log" | head -1 | cut -c1-160)"
 rm -f /data/filler
+
+# --- F: the disk fills up while running (at a segment roll-over) ----------------------------
+serve f.log
+dd if=/dev/zero of=/data/filler bs=1M >/dev/null 2>&1
+size=$(stat -c %s /data/filler)
+truncate -s $((size - 2097152)) /data/filler # ~2 MiB left: less than one 4 MiB segment
+sync
+BIG=$(head -c 60000 /dev/zero | tr '\0' 'x')
+before=$(wc -l <"$W/acked")
+n=0
+while [ $n -lt 100 ]; do
+  p="f-$n-$BIG"
+  r=$(corelog append $CL "$p" 2>>"$W/client.log") || break
+  echo "$(echo "$r" | cut -d' ' -f2) $p" >>"$W/acked"
+  n=$((n + 1))
+done
+[ $n -lt 100 ] || fail "F: 100 appends of 60 kB acknowledged on a disk with 2 MiB free"
+wait_exit
+[ "$code" = 70 ] || fail "F: node exit status $code on a full disk, want 70"
+grep -q "No space left on device" "$W/f.log" || fail "F: no ENOSPC in the FATAL line"
+say "F: disk full while running after $n more acknowledged appends: exit 70: $(grep -o 'FATAL.*' "$W/f.log" | head -1 | cut -c1-140)"
+rm -f /data/filler
+serve f-healed.log
+check_all F
+stop
 umount /data
 say PASS
