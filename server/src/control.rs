@@ -82,6 +82,23 @@ pub fn is_marked(shard_dir: &Path) -> bool {
     MARKED.lock().unwrap().iter().any(|d| d == shard_dir)
 }
 
+const LEADER_FLOOR: &str = "leader-floor";
+
+/// Follower: every offset below this was durable on its leader (the leader forms a batch
+/// only after the previous one's fdatasync, so a shipped batch's first offset is below
+/// the leader's durable end) and is durable here. Such records are never legitimately
+/// cut on either node; a leader whose log ends below this lost writes. 0 when unknown.
+pub fn read_leader_floor(shard_dir: &Path) -> Result<u64, String> {
+    Ok(read_number(shard_dir, LEADER_FLOOR)?.unwrap_or(0))
+}
+
+/// Persists the floor (atomic replace). Called from a blocking thread: serialised here.
+pub fn write_leader_floor(shard_dir: &Path, floor: u64) -> Result<(), String> {
+    static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = ONE.lock().unwrap();
+    write_number(shard_dir, LEADER_FLOOR, floor)
+}
+
 fn note_mark(shard_dir: &Path, on: bool) {
     let mut m = MARKED.lock().unwrap();
     m.retain(|d| d != shard_dir);
@@ -167,13 +184,22 @@ pub fn accept_loss(data_dir: &Path, shard: u16) -> Result<String, String> {
         clear_repair_mark(&dir)?;
         said.push(format!("cleared the needs-repair mark (records from offset {m} may have been lost)"));
     }
-    if said.is_empty() {
+    let floor = read_leader_floor(&dir)?;
+    if said.is_empty() && floor == 0 {
         return Err(format!(
-            "shard {shard} of {} has no damaged last batch and no repair mark: nothing to accept",
+            "shard {shard} of {} has no damaged last batch, no repair mark and no leader floor: nothing to accept",
             data_dir.display()
         ));
     }
-    said.push(format!("offsets from {} will be handed out again", scan.next_offset));
+    if floor > 0 {
+        let p = dir.join(LEADER_FLOOR);
+        std::fs::remove_file(&p).map_err(|e| format!("remove {}: {e}", p.display()))?;
+        sync_dir(&dir)?;
+        said.push(format!("forgot the leader floor {floor} (a leader ending below it is accepted again)"));
+    }
+    if scan.damage.is_some() || mark.is_some() {
+        said.push(format!("offsets from {} will be handed out again", scan.next_offset));
+    }
     Ok(format!("shard {shard}: {}", said.join("; ")))
 }
 

@@ -84,6 +84,7 @@ pub fn serve(mut cfg: ServeConfig) -> Result<(), String> {
         }
         let (coordinator, d) = Coordinator::start(cc.clone(), disk_epoch)?;
         let c = ControlCell::new(cfg.shards.len(), d.leading);
+        c.set_coordinated();
         if d.leading {
             c.set_solo(!d.term.in_sync(&cc.peer_id) && cc.min_insync < 2);
             cfg.role = NodeRole::Leader;
@@ -342,7 +343,8 @@ async fn start_shard(
     }
     if cfg.role == NodeRole::Leader {
         let peer = port_plus(cfg.follower_addr.expect("checked in serve"), id);
-        let link = leader::LinkConfig { peer, tls: repl_client, server_name: cfg.follower_name.clone() };
+        let link =
+            leader::LinkConfig { peer, tls: repl_client, server_name: cfg.follower_name.clone(), dir: dir.clone() };
         glommio::spawn_local(leader::run(shard.clone(), link)).detach();
     }
     let line = format!(

@@ -294,3 +294,81 @@ fn coordinator_a_damaged_leader_does_not_lead_and_is_repaired_by_its_peer() {
         path.join("\n")
     );
 }
+
+#[test]
+fn a_leader_that_lost_durable_writes_cannot_cut_them_from_its_follower() {
+    let dir = TempDir::new("lost-writes");
+    let mut p = pair(&dir, None, &["--shard-count", "1"]);
+    p.follower.start();
+    p.leader.start();
+    let payloads = append_each(&p.leader.addr(), 0, 30, "acked");
+    wait_caught_up(&p, Duration::from_secs(20));
+    // The follower persists what the leader had made durable (at most once a second).
+    let floor_file = p.follower.data.join("shard-0").join("leader-floor");
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while std::fs::read_to_string(&floor_file).ok().and_then(|s| s.trim().parse::<u64>().ok()).unwrap_or(0) < 29 {
+        assert!(std::time::Instant::now() < deadline, "no leader floor ≥ 29 in {}", floor_file.display());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    p.leader.kill9();
+    p.follower.kill9();
+    // The leader's device dropped the last five acknowledged batches: they read as zeros,
+    // which no single node can tell from a log that simply ends there.
+    let seg = segment0(&p.leader.data);
+    let f = std::fs::OpenOptions::new().write(true).open(&seg).unwrap();
+    f.write_all_at(&vec![0u8; 5 * 4096], 25 * 4096).unwrap();
+    drop(f);
+    let (code, out) = inspect(&p.leader.data);
+    assert!(code == 0 && out.contains("records 25 "), "{out}");
+
+    p.follower.start();
+    p.leader.start();
+    wait_log(&p.follower, "LOST WRITES: the leader's log ends at offset 25");
+    let r =
+        runtime().block_on(async { Client::connect(&p.leader.addr(), &client_config(None)).await?.append(b"x").await });
+    assert!(r.is_err(), "the leader acknowledged an append over a refused link: {r:?}");
+    wait_log(&p.leader, "FENCED");
+    p.leader.kill9();
+    p.follower.kill9();
+    assert!(inspect(&p.follower.data).1.contains("records 30 "), "the follower's copy was cut");
+    // The lossy node is marked: it refuses to lead again before it has the records back.
+    assert!(inspect(&p.leader.data).1.contains("NEEDS REPAIR: may lack acknowledged records from offset 25"));
+    p.leader.spawn();
+    assert!(p.leader.wait_exit(Duration::from_secs(30)).is_some_and(|c| c != 0), "{}", p.leader.log_text());
+
+    // The way out the message names: promote the follower, the other follows it.
+    let (old, new) = (p.leader.ports, p.follower.ports);
+    promote(&p.follower.data, None);
+    let mut leader = Node::new(
+        "promoted",
+        p.follower.data.clone(),
+        new,
+        Node::args(Mode::Leader { follower_repl: old.repl }, &p.follower.data, new, None, "", &["--shard-count", "1"]),
+    );
+    let mut follower = Node::new(
+        "lossy-as-follower",
+        p.leader.data.clone(),
+        old,
+        Node::args(
+            Mode::Follower { leader_client: new.client },
+            &p.leader.data,
+            old,
+            None,
+            "",
+            &["--shard-count", "1"],
+        ),
+    );
+    follower.start();
+    leader.start();
+    wait_log(&follower, "repaired:");
+    append_each(&leader.addr(), 30, 2, "later");
+    let recs = runtime().block_on(read_all(&leader.addr(), &client_config(None), 0));
+    assert_eq!(recs[..30].iter().map(|r| r.payload.clone()).collect::<Vec<_>>(), payloads);
+    let pr = Pair { leader, follower };
+    wait_caught_up(&pr, Duration::from_secs(20));
+    let Pair { mut leader, mut follower } = pr;
+    leader.kill9();
+    follower.kill9();
+    assert_same_logs(&leader.data, &follower.data);
+    drop(p);
+}

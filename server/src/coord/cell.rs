@@ -21,6 +21,8 @@ pub struct ControlCell {
     gen: AtomicU64,
     /// Every shard of this process has recovered (and cut or marked any damage).
     started: AtomicBool,
+    /// Roles come from etcd (coordinator mode), not from flags.
+    coordinated: AtomicBool,
     pub slots: Vec<ShardSlot>,
 }
 
@@ -54,8 +56,17 @@ impl ControlCell {
             stop: AtomicBool::new(false),
             gen: AtomicU64::new(1),
             started: AtomicBool::new(false),
+            coordinated: AtomicBool::new(false),
             slots: (0..shards).map(|_| ShardSlot::default()).collect(),
         }
+    }
+
+    pub fn set_coordinated(&self) {
+        self.coordinated.store(true, Ordering::Release);
+    }
+
+    pub fn coordinated(&self) -> bool {
+        self.coordinated.load(Ordering::Acquire)
     }
 
     pub fn set_started(&self) {

@@ -112,6 +112,16 @@ async fn serve(
             )
             .await);
         }
+        // A leader whose log ends below what it had made durable (and we hold) lost
+        // writes: its handshake would cut them here. Refuse; see docs/operations.md 7.1.
+        let floor = control::read_leader_floor(dir)?;
+        if leader_end < floor {
+            let msg = format!(
+                "LOST WRITES: the leader's log ends at offset {leader_end}, but it had made every offset below {floor} durable (this follower holds them): its storage lost writes. Refusing to let it cut them; promote this node (its log is complete) and let the other follow it"
+            );
+            eprintln!("corelog: shard {}: {msg}", shard.id());
+            return Err(refuse(&mut wr, ErrorCode::Diverged, msg).await);
+        }
         (epoch, leader_end)
     };
     // The newest authenticated leader connection wins; older ones stop applying.
@@ -172,8 +182,10 @@ async fn serve(
     // leader's durable end as of this handshake (every earlier ack is below it, every
     // later one needs our own ack).
     let repaired = control::is_marked(dir).then(|| (leader_end, dir.to_path_buf()));
-    let acker = glommio::spawn_local(ack_loop(shard.clone(), wr, start, done.clone(), pinged.clone(), repaired));
-    let r = apply(shard, &mut rd, &mut used, leader_epoch, gen, my_gen, &pinged).await;
+    let floor = Rc::new(Floor::new(dir.to_path_buf(), control::read_leader_floor(dir)?, start.min(leader_end)));
+    let acker =
+        glommio::spawn_local(ack_loop(shard.clone(), wr, start, done.clone(), pinged.clone(), repaired, floor.clone()));
+    let r = apply(shard, &mut rd, &mut used, leader_epoch, (gen, my_gen), &pinged, &floor).await;
     shard.leader_link_lost();
     done.set(true);
     shard.durable_ev.notify();
@@ -186,9 +198,9 @@ async fn apply(
     rd: &mut tls_io::Reader,
     used: &mut usize,
     epoch: u32,
-    gen: &Cell<u64>,
-    my_gen: u64,
+    (gen, my_gen): (&Cell<u64>, u64),
     pinged: &Cell<bool>,
+    floor: &Floor,
 ) -> Result<(), String> {
     loop {
         let silent = Instant::now() + shard.cfg.repl_timeout;
@@ -225,6 +237,7 @@ async fn apply(
             return Err("superseded while waiting for room".into());
         }
         shard.stage_replicated(first_offset, count, records);
+        floor.leader_durable_below(first_offset);
     }
 }
 
@@ -237,10 +250,12 @@ async fn ack_loop(
     done: Rc<Cell<bool>>,
     pinged: Rc<Cell<bool>>,
     mut repaired: Option<(u64, PathBuf)>,
+    floor: Rc<Floor>,
 ) {
     let mut out = Vec::with_capacity(32);
     while !done.get() {
         let end = shard.log.next_offset();
+        floor.maybe_persist(end);
         if let Some((at, dir)) = repaired.take_if(|(at, _)| end >= *at) {
             match control::clear_repair_mark(&dir) {
                 Ok(()) => eprintln!(
@@ -262,4 +277,54 @@ async fn ack_loop(
         shard.durable_ev.wait().await;
     }
     wr.close().await;
+}
+
+/// The leader floor of one link (control::read_leader_floor): what the leader has shown
+/// to be durable on its side, persisted at most once a second (off the executor), so a
+/// leader that loses writes older than that cannot cut them from this node.
+struct Floor {
+    dir: PathBuf,
+    /// The leader's durable end is above this (first offset of its latest batch).
+    leader_durable: Cell<u64>,
+    written: Rc<Cell<u64>>,
+    writing: Rc<Cell<bool>>,
+    last: Cell<Instant>,
+}
+
+const FLOOR_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+impl Floor {
+    fn new(dir: PathBuf, written: u64, known: u64) -> Floor {
+        Floor {
+            dir,
+            leader_durable: Cell::new(known),
+            written: Rc::new(Cell::new(written)),
+            writing: Rc::new(Cell::new(false)),
+            last: Cell::new(Instant::now().checked_sub(FLOOR_EVERY).unwrap_or_else(Instant::now)),
+        }
+    }
+
+    fn leader_durable_below(&self, first_offset: u64) {
+        self.leader_durable.set(self.leader_durable.get().max(first_offset));
+    }
+
+    /// Persists min(leader durable, our durable end) when it grew and a second passed.
+    fn maybe_persist(&self, our_end: u64) {
+        let v = self.leader_durable.get().min(our_end);
+        if v <= self.written.get() || self.writing.get() || self.last.get().elapsed() < FLOOR_EVERY {
+            return;
+        }
+        self.last.set(Instant::now());
+        self.writing.set(true);
+        let (dir, written, writing) = (self.dir.clone(), self.written.clone(), self.writing.clone());
+        glommio::spawn_local(async move {
+            let d = dir.clone();
+            match glommio::executor().spawn_blocking(move || control::write_leader_floor(&d, v)).await {
+                Ok(()) => written.set(v),
+                Err(e) => eprintln!("corelog: {}: writing the leader floor: {e}", dir.display()),
+            }
+            writing.set(false);
+        })
+        .detach();
+    }
 }

@@ -26,6 +26,8 @@ pub struct LinkConfig {
     pub peer: SocketAddr,
     pub tls: tls::ClientTls,
     pub server_name: String,
+    /// The shard's directory (for the repair mark).
+    pub dir: std::path::PathBuf,
 }
 
 /// Runs for the life of the shard; reconnects with a bounded back-off.
@@ -50,6 +52,21 @@ pub async fn run(shard: Rc<Shard>, cfg: LinkConfig) {
         glommio::timer::sleep(backoff).await;
         backoff = (backoff * 2).min(Duration::from_secs(1));
     }
+}
+
+/// The follower holds records this leader had made durable and no longer has (its
+/// storage dropped writes): mark the shard (it must not lead again before it has them
+/// back), stop acknowledging, and in coordinator mode hand leadership to the follower.
+fn lost_writes(shard: &Shard, cfg: &LinkConfig, why: &str) -> String {
+    let end = shard.log.next_offset();
+    if let Err(e) = crate::control::write_repair_mark(&cfg.dir, end) {
+        crate::fatal(&format!("shard {}: marking the shard after lost writes: {e}", shard.id()));
+    }
+    shard.fence(&format!("the follower says this node lost writes ({why})"));
+    if shard.cfg.ctl.coordinated() {
+        crate::coord::reexec(&shard.cfg.ctl, "this node lost writes its follower holds");
+    }
+    format!("marked needs-repair from offset {end}: {why}")
 }
 
 fn fence(shard: &Shard, why: &str) -> String {
@@ -97,6 +114,11 @@ async fn link_once(shard: &Rc<Shard>, cfg: &LinkConfig) -> Result<(), String> {
                 (next_offset, last_epoch)
             }
             Repl::Error { code, message } if code == ErrorCode::Fenced as u16 => return Err(fence(shard, message)),
+            Repl::Error { code, message }
+                if code == ErrorCode::Diverged as u16 && message.starts_with("LOST WRITES") =>
+            {
+                return Err(lost_writes(shard, cfg, message));
+            }
             Repl::Error { code, message } => return Err(format!("follower refused: {code} {message}")),
             _ => return Err("unexpected frame from follower during handshake".into()),
         }
