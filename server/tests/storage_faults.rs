@@ -178,27 +178,7 @@ fn a_leader_with_a_damaged_last_batch_refuses_and_is_repaired_from_its_follower(
     assert!(log.contains("refusing to start") && log.contains("admin promote"), "{log}");
 
     // What the message says: promote the follower, the damaged node follows it.
-    let (old, new) = (p.leader.ports, p.follower.ports);
-    promote(&p.follower.data, None);
-    let mut leader = Node::new(
-        "new-leader",
-        p.follower.data.clone(),
-        new,
-        Node::args(Mode::Leader { follower_repl: old.repl }, &p.follower.data, new, None, "", &["--shard-count", "1"]),
-    );
-    let mut follower = Node::new(
-        "damaged-as-follower",
-        p.leader.data.clone(),
-        old,
-        Node::args(
-            Mode::Follower { leader_client: new.client },
-            &p.leader.data,
-            old,
-            None,
-            "",
-            &["--shard-count", "1"],
-        ),
-    );
+    let Pair { mut leader, mut follower } = promoted(&p, &["--shard-count", "1"]);
     follower.start();
     leader.start();
     wait_log(&follower, "fetched again from the leader");
@@ -337,27 +317,7 @@ fn a_leader_that_lost_durable_writes_cannot_cut_them_from_its_follower() {
     assert!(p.leader.wait_exit(Duration::from_secs(30)).is_some_and(|c| c != 0), "{}", p.leader.log_text());
 
     // The way out the message names: promote the follower, the other follows it.
-    let (old, new) = (p.leader.ports, p.follower.ports);
-    promote(&p.follower.data, None);
-    let mut leader = Node::new(
-        "promoted",
-        p.follower.data.clone(),
-        new,
-        Node::args(Mode::Leader { follower_repl: old.repl }, &p.follower.data, new, None, "", &["--shard-count", "1"]),
-    );
-    let mut follower = Node::new(
-        "lossy-as-follower",
-        p.leader.data.clone(),
-        old,
-        Node::args(
-            Mode::Follower { leader_client: new.client },
-            &p.leader.data,
-            old,
-            None,
-            "",
-            &["--shard-count", "1"],
-        ),
-    );
+    let Pair { mut leader, mut follower } = promoted(&p, &["--shard-count", "1"]);
     follower.start();
     leader.start();
     wait_log(&follower, "repaired:");

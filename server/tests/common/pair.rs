@@ -50,3 +50,17 @@ pub fn wait_log(n: &Node, needle: &str) {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// The roles swapped on the data dirs of a stopped pair: `admin promote` of the follower's
+/// data dir, which then leads on the follower's ports; the old leader's data dir follows
+/// it on the old leader's ports. Neither is started.
+pub fn promoted(p: &Pair, extra: &[&str]) -> Pair {
+    let (old, new) = (p.leader.ports, p.follower.ports);
+    promote(&p.follower.data, None);
+    let largs = Node::args(Mode::Leader { follower_repl: old.repl }, &p.follower.data, new, None, "", extra);
+    let fargs = Node::args(Mode::Follower { leader_client: new.client }, &p.leader.data, old, None, "", extra);
+    Pair {
+        leader: Node::new("promoted-leader", p.follower.data.clone(), new, largs),
+        follower: Node::new("old-leader-as-follower", p.leader.data.clone(), old, fargs),
+    }
+}
