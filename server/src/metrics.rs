@@ -3,8 +3,10 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
+
+use crate::coord::cell::ControlCell;
 
 use metrics::{counter, gauge, histogram, Counter, Gauge, Histogram};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
@@ -101,8 +103,8 @@ fn health_body() -> String {
     }
 }
 
-/// Serves `GET /metrics` and `GET /health` (200 once `ready` is set, 503 before).
-pub fn serve(addr: SocketAddr, handle: PrometheusHandle, ready: Arc<AtomicBool>) -> std::io::Result<SocketAddr> {
+/// Serves `GET /metrics` and `GET /health` (200 once every shard has started, 503 before).
+pub fn serve(addr: SocketAddr, handle: PrometheusHandle, ctl: Arc<ControlCell>) -> std::io::Result<SocketAddr> {
     let l = TcpListener::bind(addr)?;
     let local = l.local_addr()?;
     std::thread::Builder::new().name("metrics-http".into()).spawn(move || {
@@ -123,7 +125,7 @@ pub fn serve(addr: SocketAddr, handle: PrometheusHandle, ready: Arc<AtomicBool>)
             let path = line.split_whitespace().nth(1).unwrap_or("");
             let (status, body) = match path {
                 "/metrics" => ("200 OK", handle.render()),
-                "/health" if ready.load(Ordering::Acquire) => ("200 OK", health_body()),
+                "/health" if ctl.started() => ("200 OK", health_body()),
                 "/health" => ("503 Service Unavailable", "starting\n".to_string()),
                 _ => ("404 Not Found", "not found\n".to_string()),
             };

@@ -5,7 +5,6 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
@@ -136,10 +135,9 @@ pub fn serve(mut cfg: ServeConfig) -> Result<(), String> {
         // Probed once here (a throwaway loopback socket per cipher), before any shard.
         eprintln!("corelog: {}", crate::net::ktls::status_line());
     }
-    let ready = Arc::new(AtomicBool::new(false));
     let handle = metrics::install();
     let metrics_addr = match cfg.metrics_listen {
-        Some(a) => Some(metrics::serve(a, handle, ready.clone()).map_err(|e| format!("metrics listen {a}: {e}"))?),
+        Some(a) => Some(metrics::serve(a, handle, ctl.clone()).map_err(|e| format!("metrics listen {a}: {e}"))?),
         None => None,
     };
     let ncpu = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
@@ -191,8 +189,7 @@ pub fn serve(mut cfg: ServeConfig) -> Result<(), String> {
             Err(_) => return Err("an executor died during start-up".into()),
         }
     }
-    ready.store(true, Ordering::Release);
-    ctl.set_started();
+    ctl.set_started(); // /health answers 200 from here on
     let tls_mode = match (&cfg.tls, crate::net::ktls::available()) {
         (Some(_), true) => "mTLS (kernel TLS after a rustls handshake)",
         (Some(_), false) => "mTLS (userspace rustls)",

@@ -71,14 +71,6 @@ fn admin_accept_loss(data: &Path) -> (bool, String) {
     (o.status.success(), text)
 }
 
-fn wait_log(n: &Node, needle: &str) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while !n.log_text().contains(needle) {
-        assert!(std::time::Instant::now() < deadline, "{} never logged {needle:?}:\n{}", n.name, n.log_text());
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 #[test]
 fn damage_to_the_last_acknowledged_batch_is_refused_never_cut_silently() {
     for how in [Harm::RecordBit, Harm::HeaderCount, Harm::Cut] {
