@@ -73,6 +73,8 @@ pub enum Error {
     NotSent,
     /// No answer within the request timeout (outcome unknown for an append).
     Timeout(Duration),
+    /// An idempotent producer refuses appends after one failed for good (nothing sent).
+    ProducerStopped(String),
 }
 
 /// What a failed append may have left behind.
@@ -96,12 +98,12 @@ impl Error {
     pub fn outcome(&self) -> Outcome {
         use ErrorCode::*;
         match self {
-            Error::Unreachable(_) | Error::NotSent | Error::Tls(_) => Outcome::NotWritten,
+            Error::Unreachable(_) | Error::NotSent | Error::Tls(_) | Error::ProducerStopped(_) => Outcome::NotWritten,
             Error::Codec(codec::CodecError::PayloadTooLarge(_)) => Outcome::NotWritten,
             Error::Server { .. } => match self.code() {
                 Some(
                     NotLeader | Unavailable | Fenced | BadFrame | TooLarge | UnknownOpcode | BadVersion | NoSuchShard
-                    | Overloaded | ShuttingDown | BadHandshake,
+                    | Overloaded | ShuttingDown | BadHandshake | SequenceGap | UnknownProducer,
                 ) => Outcome::NotWritten,
                 _ => Outcome::Unknown,
             },
@@ -125,6 +127,7 @@ impl std::fmt::Display for Error {
             Error::Unreachable(m) => write!(f, "no node reachable: {m}"),
             Error::NotSent => write!(f, "connection closed before the request was sent"),
             Error::Timeout(d) => write!(f, "no answer within {d:?}"),
+            Error::ProducerStopped(m) => write!(f, "{m}"),
         }
     }
 }
@@ -149,6 +152,8 @@ pub struct Position {
 pub struct Record {
     pub offset: u64,
     pub epoch: u32,
+    /// Set on records of idempotent appends.
+    pub producer: Option<crate::codec::ProducerSeq>,
     pub payload: Vec<u8>,
 }
 
@@ -165,8 +170,8 @@ pub struct ServerInfo {
 #[derive(Clone)]
 pub struct ClientConfig {
     tls: Option<(Arc<rustls::ClientConfig>, rustls::pki_types::ServerName<'static>)>,
-    failover_timeout: Duration,
-    request_timeout: Duration,
+    pub(crate) failover_timeout: Duration,
+    pub(crate) request_timeout: Duration,
     connect_timeout: Duration,
 }
 
@@ -244,14 +249,14 @@ async fn open(addr: &str, cfg: &ClientConfig) -> Result<Box<dyn Stream>, Error> 
 }
 
 /// An owned frame as received.
-struct Reply {
+pub(crate) struct Reply {
     op: u8,
     req_id: u64,
     body: Vec<u8>,
 }
 
 impl Reply {
-    fn response(&self) -> Result<Response<'_>, Error> {
+    pub(crate) fn response(&self) -> Result<Response<'_>, Error> {
         let f = codec::Frame { op: self.op, req_id: 0, body: &self.body };
         match Response::parse(&f).map_err(Error::Codec)? {
             Response::Error { code, message } => Err(Error::Server { code, message: message.to_string() }),
@@ -307,9 +312,9 @@ struct Waiting {
 }
 
 /// One connection: a writer task and a reader task matching answers to requests in order.
-struct Conn {
+pub(crate) struct Conn {
     tx: mpsc::Sender<Cmd>,
-    info: ServerInfo,
+    pub(crate) info: ServerInfo,
 }
 
 impl Conn {
@@ -399,12 +404,23 @@ impl Conn {
     }
 
     async fn call(&self, frame: Vec<u8>, timeout: Duration) -> Result<Reply, Error> {
+        let rx = self.send(frame).await?;
+        answer(rx, timeout).await
+    }
+
+    /// Hands a request to the writer (requests leave in the order of these calls).
+    pub(crate) async fn send(&self, frame: Vec<u8>) -> Result<oneshot::Receiver<Result<Reply, Error>>, Error> {
         let (reply, rx) = oneshot::channel();
         self.tx.send(Cmd { frame, reply }).await.map_err(|_| Error::NotSent)?;
-        match tokio::time::timeout(timeout, rx).await {
-            Ok(r) => r.map_err(|_| Error::Closed)?,
-            Err(_) => Err(Error::Timeout(timeout)),
-        }
+        Ok(rx)
+    }
+}
+
+/// Waits for the answer to a request handed over with `Conn::send`.
+pub(crate) async fn answer(rx: oneshot::Receiver<Result<Reply, Error>>, timeout: Duration) -> Result<Reply, Error> {
+    match tokio::time::timeout(timeout, rx).await {
+        Ok(r) => r.map_err(|_| Error::Closed)?,
+        Err(_) => Err(Error::Timeout(timeout)),
     }
 }
 
@@ -418,7 +434,10 @@ pub struct Client {
     /// A leader named by `NotLeader` that is not in `addrs`: tried first, once.
     hint: Arc<std::sync::Mutex<Option<String>>>,
     conn: Arc<Mutex<Option<Arc<Conn>>>>,
-    cfg: ClientConfig,
+    pub(crate) cfg: ClientConfig,
+    /// Connected to the direct ports of this shard (`connect_shard`): a leader named by
+    /// `NotLeader` (a client address) is reached on its direct port for the shard too.
+    shard: Option<u16>,
 }
 
 /// `"A,B"` → `["A", "B"]`.
@@ -440,6 +459,7 @@ impl Client {
             hint: Default::default(),
             conn: Arc::new(Mutex::new(None)),
             cfg: cfg.clone(),
+            shard: None,
         };
         c.connection().await?;
         Ok(c)
@@ -454,7 +474,20 @@ impl Client {
     /// served by that shard's executor: use it to read or tail a given shard.
     pub async fn connect_shard(addr: &str, shard: u16, cfg: &ClientConfig) -> Result<Client, Error> {
         let direct: Result<Vec<String>, Error> = split_addrs(addr).iter().map(|a| shard_addr(a, shard)).collect();
-        Client::connect(&direct?.join(","), cfg).await
+        let direct = direct?;
+        if direct.is_empty() {
+            return Err(Error::Unreachable(format!("no address in {addr:?}")));
+        }
+        let c = Client {
+            addrs: Arc::new(direct),
+            next: Arc::new(AtomicUsize::new(0)),
+            hint: Default::default(),
+            conn: Arc::new(Mutex::new(None)),
+            cfg: cfg.clone(),
+            shard: Some(shard),
+        };
+        c.connection().await?;
+        Ok(c)
     }
 
     pub async fn info(&self) -> ServerInfo {
@@ -465,7 +498,7 @@ impl Client {
     }
 
     /// The current connection, or a new one to the first node (from `next`) that answers.
-    async fn connection(&self) -> Result<Arc<Conn>, Error> {
+    pub(crate) async fn connection(&self) -> Result<Arc<Conn>, Error> {
         let mut g = self.conn.lock().await;
         if let Some(c) = g.as_ref() {
             return Ok(c.clone());
@@ -503,7 +536,12 @@ impl Client {
     /// Drops `old` if it is still the current connection (so that of many tasks that saw
     /// it fail, one replaces it); the next one goes to `to` (an address from the list, or
     /// one outside it, tried once before the list) or to the address after the current one.
-    async fn move_on(&self, old: &Arc<Conn>, to: Option<&str>) {
+    pub(crate) async fn move_on(&self, old: &Arc<Conn>, to: Option<&str>) {
+        let to = match (to, self.shard) {
+            (Some(t), Some(s)) => shard_addr(t, s).ok(),
+            (t, _) => t.map(String::from),
+        };
+        let to = to.as_deref();
         let mut g = self.conn.lock().await;
         if g.as_ref().is_some_and(|c| Arc::ptr_eq(c, old)) {
             *g = None;
@@ -605,7 +643,7 @@ pub fn shard_addr(addr: &str, shard: u16) -> Result<String, Error> {
 fn to_records(buf: &[u8]) -> Result<Vec<Record>, Error> {
     Records::new(buf)
         .map(|r| {
-            r.map(|r| Record { offset: r.offset, epoch: r.epoch, payload: r.payload.to_vec() })
+            r.map(|r| Record { offset: r.offset, epoch: r.epoch, producer: r.producer, payload: r.payload.to_vec() })
                 .map_err(|e| Error::Protocol(format!("bad record from server: {e}")))
         })
         .collect()

@@ -8,8 +8,15 @@
 
 use std::fmt;
 
-/// Client protocol version carried in `Hello`.
-pub const PROTOCOL_VERSION: u16 = 1;
+pub use crate::record::ProducerSeq;
+
+/// Client protocol version carried in `Hello`: the newest this build speaks. Version 2
+/// adds `Append2` (idempotent appends: producer id + sequence) and `Appended2`; a
+/// server speaks every version from `MIN_PROTOCOL_VERSION` up and answers `HelloOk` with
+/// the version the client asked for.
+pub const PROTOCOL_VERSION: u16 = 2;
+/// Oldest client protocol version a server still speaks.
+pub const MIN_PROTOCOL_VERSION: u16 = 1;
 /// Replication protocol version carried in `Repl::Hello`. 2: the follower answers
 /// `Welcome` with `Joined` (its last record's epoch and CRC) instead of `Ack`, and a
 /// leader writes nothing before a follower has accepted its epoch. Both nodes of a pair
@@ -28,8 +35,15 @@ pub const MAX_REPL_BATCH_BYTES: usize = 2 * 1024 * 1024;
 /// Largest whole frame, header included. Anything announcing more is refused unread.
 pub const MAX_FRAME: usize = MAX_REPL_BATCH_BYTES + 64;
 /// Largest frame a client may send: an `Append` of `MAX_PAYLOAD` bytes (the largest
-/// request). The client port refuses anything announcing more, unread.
-pub const MAX_REQUEST_FRAME: usize = FRAME_HEADER_LEN + MAX_PAYLOAD;
+/// request, with the largest `Append2` header). The client port refuses anything
+/// announcing more, unread.
+pub const MAX_REQUEST_FRAME: usize = FRAME_HEADER_LEN + APPEND2_MAX_HEADER + MAX_PAYLOAD;
+/// `Append2` body before the payload: flags, then producer id and sequence.
+pub const APPEND2_MAX_HEADER: usize = 1 + 16;
+/// `Append2` flag bit: producer id and sequence follow.
+pub const APPEND_FLAG_PRODUCER: u8 = 0x01;
+/// `Appended2` flag bit: the sequence was written before; this is its original position.
+pub const APPENDED_FLAG_DUPLICATE: u8 = 0x01;
 const _: () = assert!(MAX_REQUEST_FRAME <= MAX_FRAME);
 
 /// Operation codes. Requests < 0x80 ≤ responses; replication frames 0x10..0x1F / 0x90..0x9F.
@@ -38,6 +52,7 @@ pub mod op {
     pub const APPEND: u8 = 0x02;
     pub const READ: u8 = 0x03;
     pub const TAIL: u8 = 0x04;
+    pub const APPEND2: u8 = 0x05;
     pub const REPL_HELLO: u8 = 0x10;
     pub const REPL_ACK: u8 = 0x11;
     pub const REPL_JOINED: u8 = 0x12;
@@ -45,6 +60,7 @@ pub mod op {
     pub const HELLO_OK: u8 = 0x81;
     pub const APPENDED: u8 = 0x82;
     pub const RECORDS: u8 = 0x83;
+    pub const APPENDED2: u8 = 0x84;
     pub const REPL_WELCOME: u8 = 0x90;
     pub const REPL_BATCH: u8 = 0x91;
     pub const ERROR: u8 = 0xFF;
@@ -78,6 +94,17 @@ pub enum ErrorCode {
     /// it may or may not be in the log. Not retried automatically (a retry could store
     /// it twice); read the log to find out.
     OutcomeUnknown = 17,
+    /// Idempotent append: the producer is known but this sequence is not the next one
+    /// (an earlier one is missing). Nothing was written; the message names the expected
+    /// sequence.
+    SequenceGap = 18,
+    /// Idempotent append: the shard knows no state for this producer and the sequence is
+    /// not 0 (never seen, or forgotten: evicted, or the node restarted without it).
+    /// Nothing was written.
+    UnknownProducer = 19,
+    /// Idempotent append: this sequence was written, but so long ago that its position is
+    /// no longer remembered. Nothing new was written.
+    StaleSequence = 20,
 }
 
 impl ErrorCode {
@@ -101,6 +128,9 @@ impl ErrorCode {
             15 => Unavailable,
             16 => Diverged,
             17 => OutcomeUnknown,
+            18 => SequenceGap,
+            19 => UnknownProducer,
+            20 => StaleSequence,
             _ => return None,
         })
     }
@@ -255,6 +285,8 @@ impl<'a> Body<'a> {
 pub enum Request<'a> {
     Hello { version: u16 },
     Append { payload: &'a [u8] },
+    /// Version 2: an append that may carry a producer id and sequence (idempotent).
+    Append2 { producer: Option<ProducerSeq>, payload: &'a [u8] },
     Read { shard: u16, from: u64, max_bytes: u32 },
     Tail { shard: u16, from: u64 },
 }
@@ -273,6 +305,21 @@ impl<'a> Request<'a> {
                 }
                 return Ok(Request::Append { payload: f.body });
             }
+            op::APPEND2 => {
+                let flags = b.u8()?;
+                if flags & !APPEND_FLAG_PRODUCER != 0 {
+                    return Err(CodecError::BadBody { op: f.op, reason: "unknown Append2 flags" });
+                }
+                let producer = if flags & APPEND_FLAG_PRODUCER != 0 {
+                    Some(ProducerSeq { id: b.u64()?, seq: b.u64()? })
+                } else {
+                    None
+                };
+                if b.rest.len() > MAX_PAYLOAD {
+                    return Err(CodecError::PayloadTooLarge(b.rest.len()));
+                }
+                return Ok(Request::Append2 { producer, payload: b.rest });
+            }
             op::READ => Request::Read { shard: b.u16()?, from: b.u64()?, max_bytes: b.u32()? },
             op::TAIL => Request::Tail { shard: b.u16()?, from: b.u64()? },
             o => return Err(CodecError::UnknownOpcode(o)),
@@ -290,6 +337,7 @@ impl<'a> Request<'a> {
                 finish_frame(out, at);
             }
             Request::Append { payload } => encode_append(req_id, payload, out),
+            Request::Append2 { producer, payload } => encode_append2(req_id, *producer, payload, out),
             Request::Read { shard, from, max_bytes } => {
                 let at = begin_frame(out, op::READ, req_id);
                 out.extend_from_slice(&shard.to_le_bytes());
@@ -311,6 +359,22 @@ impl<'a> Request<'a> {
 pub fn encode_append(req_id: u64, payload: &[u8], out: &mut Vec<u8>) {
     assert!(payload.len() <= MAX_PAYLOAD, "payload above MAX_PAYLOAD");
     let at = begin_frame(out, op::APPEND, req_id);
+    out.extend_from_slice(payload);
+    finish_frame(out, at);
+}
+
+/// The encoder for version-2 appends.
+pub fn encode_append2(req_id: u64, producer: Option<ProducerSeq>, payload: &[u8], out: &mut Vec<u8>) {
+    assert!(payload.len() <= MAX_PAYLOAD, "payload above MAX_PAYLOAD");
+    let at = begin_frame(out, op::APPEND2, req_id);
+    match producer {
+        None => out.push(0),
+        Some(p) => {
+            out.push(APPEND_FLAG_PRODUCER);
+            out.extend_from_slice(&p.id.to_le_bytes());
+            out.extend_from_slice(&p.seq.to_le_bytes());
+        }
+    }
     out.extend_from_slice(payload);
     finish_frame(out, at);
 }
@@ -358,6 +422,13 @@ pub enum Response<'a> {
         shard: u16,
         offset: u64,
     },
+    /// Answer to `Append2`: `duplicate` when the producer's sequence was already in the
+    /// log and this is the position it got then (nothing new was written).
+    Appended2 {
+        shard: u16,
+        offset: u64,
+        duplicate: bool,
+    },
     /// `records` holds `count` records in the on-disk record encoding (see `record`).
     Records {
         shard: u16,
@@ -383,6 +454,13 @@ impl<'a> Response<'a> {
                 Response::HelloOk { version, shard, shard_count, role, epoch: b.u32()? }
             }
             op::APPENDED => Response::Appended { shard: b.u16()?, offset: b.u64()? },
+            op::APPENDED2 => {
+                let (shard, offset, flags) = (b.u16()?, b.u64()?, b.u8()?);
+                if flags & !APPENDED_FLAG_DUPLICATE != 0 {
+                    return Err(CodecError::BadBody { op: f.op, reason: "unknown Appended2 flags" });
+                }
+                Response::Appended2 { shard, offset, duplicate: flags & APPENDED_FLAG_DUPLICATE != 0 }
+            }
             op::RECORDS => {
                 let shard = b.u16()?;
                 let next_offset = b.u64()?;
@@ -409,6 +487,9 @@ impl<'a> Response<'a> {
                 finish_frame(out, at);
             }
             Response::Appended { shard, offset } => encode_appended(req_id, *shard, *offset, out),
+            Response::Appended2 { shard, offset, duplicate } => {
+                encode_appended2(req_id, *shard, *offset, *duplicate, out)
+            }
             Response::Records { shard, next_offset, count, records } => {
                 let at = begin_frame(out, op::RECORDS, req_id);
                 out.extend_from_slice(&shard.to_le_bytes());
@@ -427,6 +508,15 @@ pub fn encode_appended(req_id: u64, shard: u16, offset: u64, out: &mut Vec<u8>) 
     let at = begin_frame(out, op::APPENDED, req_id);
     out.extend_from_slice(&shard.to_le_bytes());
     out.extend_from_slice(&offset.to_le_bytes());
+    finish_frame(out, at);
+}
+
+/// The encoder for `Append2` acknowledgements.
+pub fn encode_appended2(req_id: u64, shard: u16, offset: u64, duplicate: bool, out: &mut Vec<u8>) {
+    let at = begin_frame(out, op::APPENDED2, req_id);
+    out.extend_from_slice(&shard.to_le_bytes());
+    out.extend_from_slice(&offset.to_le_bytes());
+    out.push(if duplicate { APPENDED_FLAG_DUPLICATE } else { 0 });
     finish_frame(out, at);
 }
 
@@ -625,6 +715,8 @@ mod tests {
         roundtrip_req(Request::Hello { version: PROTOCOL_VERSION });
         roundtrip_req(Request::Append { payload: b"Hello World" });
         roundtrip_req(Request::Append { payload: &[] });
+        roundtrip_req(Request::Append2 { producer: None, payload: b"x" });
+        roundtrip_req(Request::Append2 { producer: Some(ProducerSeq { id: u64::MAX, seq: 7 }), payload: &[] });
         roundtrip_req(Request::Read { shard: 3, from: 99, max_bytes: 4096 });
         roundtrip_req(Request::Tail { shard: 1, from: u64::MAX });
     }
@@ -634,6 +726,8 @@ mod tests {
         let rs = [
             Response::HelloOk { version: 1, shard: 2, shard_count: 4, role: Role::Follower, epoch: 9 },
             Response::Appended { shard: 1, offset: 1 << 40 },
+            Response::Appended2 { shard: 1, offset: 9, duplicate: true },
+            Response::Appended2 { shard: 0, offset: 0, duplicate: false },
             Response::Records { shard: 0, next_offset: 5, count: 0, records: &[] },
             Response::Error { code: ErrorCode::NotLeader as u16, message: "127.0.0.1:9400" },
         ];
@@ -698,6 +792,22 @@ mod tests {
         finish_frame(&mut out, at);
         let (f, _) = decode_frame(&out).unwrap().unwrap();
         assert_eq!(Request::parse(&f), Err(CodecError::PayloadTooLarge(MAX_PAYLOAD + 1)));
+        // Append2: unknown flags, a producer header cut short, the largest one fits.
+        let mut out = Vec::new();
+        encode_append2(0, None, b"p", &mut out);
+        out[FRAME_HEADER_LEN] = 0x02;
+        let (f, _) = decode_frame(&out).unwrap().unwrap();
+        assert!(matches!(Request::parse(&f), Err(CodecError::BadBody { reason: "unknown Append2 flags", .. })));
+        let mut out = Vec::new();
+        let at = begin_frame(&mut out, op::APPEND2, 0);
+        out.extend_from_slice(&[APPEND_FLAG_PRODUCER, 1, 2, 3]);
+        finish_frame(&mut out, at);
+        let (f, _) = decode_frame(&out).unwrap().unwrap();
+        assert!(matches!(Request::parse(&f), Err(CodecError::BadBody { reason: "body truncated", .. })));
+        let mut out = Vec::new();
+        encode_append2(0, Some(ProducerSeq { id: 1, seq: 2 }), &vec![0u8; MAX_PAYLOAD], &mut out);
+        assert_eq!(out.len(), MAX_REQUEST_FRAME);
+        assert!(decode_frame_max(&out, MAX_REQUEST_FRAME).unwrap().is_some());
     }
 
     #[test]

@@ -15,6 +15,7 @@ pub mod inspect;
 pub mod metrics;
 pub mod net;
 pub mod node;
+pub mod producers;
 pub mod quickstart;
 pub mod replica;
 pub mod shard;

@@ -222,6 +222,10 @@ struct ServeArgs {
     /// (leader and follower); an idle leader pings every fifth of it, the follower acks.
     #[arg(long, default_value_t = 5_000, value_parser = clap::value_parser!(u64).range(100..))]
     repl_timeout_ms: u64,
+    /// Idempotent producers remembered per shard; a new one beyond it evicts the one whose
+    /// last append is oldest (docs/operations.md §11).
+    #[arg(long, default_value_t = corelog_server::producers::DEFAULT_MAX_PRODUCERS as u64, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    max_producers: u64,
 }
 
 fn serve_config(a: ServeArgs) -> Result<ServeConfig, String> {
@@ -289,6 +293,7 @@ fn serve_config(a: ServeArgs) -> Result<ServeConfig, String> {
         handshake_timeout: Duration::from_millis(a.handshake_timeout_ms),
         max_connections: a.max_connections.map(|n| n as usize),
         repl_timeout: Duration::from_millis(a.repl_timeout_ms),
+        max_producers: a.max_producers as usize,
         repl_memory_bytes: usize::try_from(a.repl_memory_bytes).map_err(|e| format!("--repl-memory-bytes: {e}"))?,
         coord,
     })

@@ -29,6 +29,9 @@ pub struct ShardMetrics {
     pub handshake_timeouts: Counter,
     pub connections_refused: Counter,
     pub diverged: Counter,
+    pub producers: Gauge,
+    pub producer_bytes: Gauge,
+    pub duplicates: Counter,
 }
 
 impl ShardMetrics {
@@ -50,7 +53,10 @@ impl ShardMetrics {
             appends_held: gauge!("corelog_appends_held", "shard" => s.clone()),
             handshake_timeouts: counter!("corelog_handshake_timeouts_total", "shard" => s.clone()),
             connections_refused: counter!("corelog_connections_refused_total", "shard" => s.clone()),
-            diverged: counter!("corelog_replication_diverged_total", "shard" => s),
+            diverged: counter!("corelog_replication_diverged_total", "shard" => s.clone()),
+            producers: gauge!("corelog_producers", "shard" => s.clone()),
+            producer_bytes: gauge!("corelog_producer_state_bytes", "shard" => s.clone()),
+            duplicates: counter!("corelog_append_duplicates_total", "shard" => s),
         }
     }
 }

@@ -17,6 +17,7 @@ use crate::coord::{CoordConfig, Coordinator};
 use crate::metrics::{self, ShardMetrics};
 use crate::net::{listener, tls};
 use crate::replica::{follower, leader};
+use crate::producers::Producers;
 use crate::shard::{Shard, ShardConfig};
 use crate::wal::{self, recovery};
 
@@ -52,6 +53,8 @@ pub struct ServeConfig {
     /// Client connections per process (None: RLIMIT_NOFILE − `listener::FD_RESERVE`).
     pub max_connections: Option<usize>,
     pub repl_timeout: Duration,
+    /// Idempotent producers remembered per shard (`producers::Producers`).
+    pub max_producers: usize,
     /// Coordinator mode: the role comes from etcd (`role` is then ignored).
     pub coord: Option<CoordConfig>,
 }
@@ -246,7 +249,9 @@ async fn start_shard(
     let lock = control::lock_shard(&dir)?;
     std::mem::forget(lock); // held until the process exits
     wal::probe::prime_iopoll_probe(&dir).await?;
-    let scan = recovery::scan(id, &dir).map_err(|e| e.to_string())?;
+    // The boot scan also rebuilds the idempotent producers' table from the records.
+    let mut producers = Producers::new(cfg.max_producers);
+    let scan = recovery::scan_with(id, &dir, &mut |recs| producers.note_run(recs)).map_err(|e| e.to_string())?;
     let mark = control::read_repair_mark(&dir)?;
     if let Some(d) = &scan.damage {
         // Possibly acknowledged records are damaged: only a follower may cut them (its
@@ -323,7 +328,7 @@ async fn start_shard(
     let metrics = ShardMetrics::new(id);
     let any_tls = cfg.tls.is_some() || cfg.repl_tls.is_some();
     metrics.ktls_active.set(if any_tls && crate::net::ktls::available() { 1.0 } else { 0.0 });
-    let shard = Shard::new(scfg, log, role, epoch, commit_floor, metrics);
+    let shard = Shard::new(scfg, log, role, epoch, commit_floor, producers, metrics);
     shard.release(); // publish the recovered offsets
     glommio::spawn_local(shard.clone().commit_loop()).detach();
     glommio::spawn_local(shard.clone().deadline_loop()).detach();

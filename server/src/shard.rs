@@ -28,10 +28,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use corelog_client::codec::{self, ErrorCode, Role};
-use corelog_client::record;
+use corelog_client::record::{self, ProducerSeq};
 
 use crate::coord::cell::ControlCell;
 use crate::metrics::ShardMetrics;
+use crate::producers::{refusal, Producers, Verdict};
 use crate::sync::Event;
 use crate::wal::batch::{MAX_BATCH_BYTES, MAX_BATCH_RECORDS};
 use crate::wal::Log;
@@ -56,9 +57,24 @@ pub struct ConnOut {
     pub closed: Cell<bool>,
 }
 
+/// How an append is answered: the request's protocol version decides the frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AckForm {
+    /// `Appended` (an `Append`).
+    V1,
+    /// `Appended2` (an `Append2`); `true`: a duplicate's original position.
+    V2 { duplicate: bool },
+}
+
 impl ConnOut {
-    pub fn push_appended(&self, req_id: u64, shard: u16, offset: u64) {
-        codec::encode_appended(req_id, shard, offset, &mut self.buf.borrow_mut());
+    /// Answers one in-flight append.
+    pub fn push_appended(&self, req_id: u64, shard: u16, offset: u64, form: AckForm) {
+        match form {
+            AckForm::V1 => codec::encode_appended(req_id, shard, offset, &mut self.buf.borrow_mut()),
+            AckForm::V2 { duplicate } => {
+                codec::encode_appended2(req_id, shard, offset, duplicate, &mut self.buf.borrow_mut())
+            }
+        }
         self.inflight.set(self.inflight.get() - 1);
         self.wake.notify();
     }
@@ -71,6 +87,26 @@ impl ConnOut {
 struct Waiter {
     conn: Rc<ConnOut>,
     req_id: u64,
+    form: AckForm,
+}
+
+/// A retried idempotent append whose original is not committed yet: answered with the
+/// original's position when it is, or with the original's failure.
+struct DupWaiter {
+    offset: u64,
+    conn: Rc<ConnOut>,
+    req_id: u64,
+    since: Instant,
+}
+
+/// What `Shard::append` did with an append.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Taken {
+    /// Given an offset; answered when durable on every replica.
+    Staged,
+    /// An idempotent append already in the log (or on its way): the caller answers it
+    /// with `answer_duplicate` once the connection's earlier answers have left.
+    Duplicate,
 }
 
 /// A batch being filled or waiting for the disk.
@@ -157,6 +193,10 @@ pub struct Shard {
     pub durable_ev: Event,
     /// Room was made under the bounds: wakes waiting appends.
     space_ev: Event,
+    /// Idempotent producers' state, derived from the log (see `producers`).
+    producers: RefCell<Producers>,
+    /// Retried idempotent appends waiting for their original (few; leader only).
+    dups: RefCell<Vec<DupWaiter>>,
     pub metrics: ShardMetrics,
 }
 
@@ -168,6 +208,7 @@ impl Shard {
         role: Role,
         epoch: u32,
         commit_floor: u64,
+        producers: Producers,
         metrics: ShardMetrics,
     ) -> Rc<Shard> {
         let next = log.next_offset();
@@ -197,6 +238,8 @@ impl Shard {
             shipped_ev: Event::default(),
             durable_ev: Event::default(),
             space_ev: Event::default(),
+            producers: RefCell::new(producers),
+            dups: Default::default(),
             metrics,
         })
     }
@@ -306,10 +349,27 @@ impl Shard {
     }
 
     /// Accepts one append for `conn`: encodes it into the open batch. The answer is
-    /// pushed to `conn` once the record is durable on every replica (or fails).
-    pub async fn append(&self, payload: &[u8], conn: &Rc<ConnOut>, req_id: u64) -> Result<(), (ErrorCode, String)> {
-        let len = record::encoded_len(payload.len());
+    /// pushed to `conn` once the record is durable on every replica (or fails). An
+    /// idempotent append (`producer`) is checked against the producer's state first:
+    /// a duplicate is not written (`Taken::Duplicate`), an out-of-line sequence is refused.
+    pub async fn append(
+        &self,
+        producer: Option<ProducerSeq>,
+        form: AckForm,
+        payload: &[u8],
+        conn: &Rc<ConnOut>,
+        req_id: u64,
+    ) -> Result<Taken, (ErrorCode, String)> {
+        let len = record::encoded_len_ex(producer.is_some(), payload.len());
         self.wait_room(len).await?;
+        // From here to the offset's assignment nothing awaits: the verdict still holds.
+        if let Some(p) = producer {
+            match self.producers.borrow().check(p) {
+                Verdict::Fresh => {}
+                Verdict::Duplicate(_) => return Ok(Taken::Duplicate),
+                v => return Err(refusal(p, v)),
+            }
+        }
         let mut staged = self.staged.borrow_mut();
         let need_new = match staged.back() {
             None => true,
@@ -326,19 +386,61 @@ impl Shard {
             });
         }
         let b = staged.back_mut().expect("pushed above");
-        record::encode(self.next_assign.get(), self.epoch.get(), payload, &mut b.records);
+        let offset = self.next_assign.get();
+        record::encode_ex(offset, self.epoch.get(), producer, payload, &mut b.records);
         b.count += 1;
-        b.waiters.push(Waiter { conn: conn.clone(), req_id });
+        b.waiters.push(Waiter { conn: conn.clone(), req_id, form });
         conn.inflight.set(conn.inflight.get() + 1);
-        self.next_assign.set(self.next_assign.get() + 1);
+        self.next_assign.set(offset + 1);
         self.staged_bytes.set(self.staged_bytes.get() + len);
         self.unacked_count.set(self.unacked_count.get() + 1);
         drop(staged);
+        if let Some(p) = producer {
+            self.note_producer(p, offset);
+        }
         if !self.accepted.get() {
             self.metrics.appends_held.set(self.unacked_count.get() as f64);
         }
         self.staged_ev.notify();
-        Ok(())
+        Ok(Taken::Staged)
+    }
+
+    fn note_producer(&self, p: ProducerSeq, offset: u64) {
+        let mut t = self.producers.borrow_mut();
+        t.note(p, offset);
+        self.metrics.producers.set(t.len() as f64);
+        self.metrics.producer_bytes.set(t.bytes() as f64);
+    }
+
+    fn forget_producers_from(&self, offset: u64) {
+        let mut t = self.producers.borrow_mut();
+        t.forget_from(offset);
+        self.metrics.producers.set(t.len() as f64);
+        self.metrics.producer_bytes.set(t.bytes() as f64);
+    }
+
+    /// Answers a retried idempotent append (after `append` said `Taken::Duplicate` and
+    /// every earlier answer of `conn` has left) with its original's position: now if that
+    /// is committed, else when it is. `false`: the producer's state changed meanwhile
+    /// (the original's offset was handed out again): call `append` once more.
+    pub fn answer_duplicate(&self, p: ProducerSeq, conn: &Rc<ConnOut>, req_id: u64) -> bool {
+        let Verdict::Duplicate(offset) = self.producers.borrow().check(p) else {
+            return false;
+        };
+        self.metrics.duplicates.increment(1);
+        conn.inflight.set(conn.inflight.get() + 1);
+        if offset < self.committed() {
+            conn.push_appended(req_id, self.id(), offset, AckForm::V2 { duplicate: true });
+        } else {
+            self.dups.borrow_mut().push(DupWaiter { offset, conn: conn.clone(), req_id, since: Instant::now() });
+        }
+        true
+    }
+
+    /// The producers' table as a digest of (producer, verdict for its next sequences):
+    /// for tests that compare leader and follower.
+    pub fn producer_count(&self) -> usize {
+        self.producers.borrow().len()
     }
 
     /// Waits until an append of `len` encoded bytes fits under the bounds. Errors when
@@ -381,6 +483,7 @@ impl Shard {
         }
         let b = staged.back_mut().expect("pushed above");
         b.records.extend_from_slice(records);
+        self.producers.borrow_mut().note_run(records);
         b.count += count;
         self.next_assign.set(first_offset + count as u64);
         self.staged_bytes.set(self.staged_bytes.get() + records.len());
@@ -395,6 +498,7 @@ impl Shard {
             self.durable_ev.wait().await;
         }
         let end = self.log.truncate(offset).await?;
+        self.forget_producers_from(end);
         self.next_assign.set(end);
         self.recent.borrow_mut().clear();
         self.recent_bytes.set(0);
@@ -485,7 +589,7 @@ impl Shard {
                 let Some(w) = u.waiters.pop_front() else {
                     break;
                 };
-                w.conn.push_appended(w.req_id, self.id(), u.first_offset);
+                w.conn.push_appended(w.req_id, self.id(), u.first_offset, w.form);
                 u.first_offset += 1;
                 n += 1;
             }
@@ -500,6 +604,7 @@ impl Shard {
             self.unacked_count.set(self.unacked_count.get() - n as usize);
             self.metrics.appends.increment(n);
         }
+        self.release_dups(end);
         self.metrics.durable_offset.set(end as f64);
         self.metrics.log_end.set(self.log.next_offset() as f64);
         if !self.cfg.standalone && self.role.get() == Role::Leader {
@@ -508,6 +613,39 @@ impl Shard {
         }
         self.space_ev.notify();
         self.durable_ev.notify();
+    }
+
+    /// Answers retried appends whose original is now below the committed end. They are
+    /// answered after the appends released in the same call: on one connection a
+    /// duplicate waits for every earlier answer before it is registered, and later
+    /// appends get higher offsets, so answers stay in request order.
+    fn release_dups(&self, end: u64) {
+        let mut dups = self.dups.borrow_mut();
+        if dups.is_empty() {
+            return;
+        }
+        dups.retain(|d| {
+            if d.offset < end {
+                d.conn.push_appended(d.req_id, self.id(), d.offset, AckForm::V2 { duplicate: true });
+                false
+            } else {
+                true
+            }
+        });
+    }
+
+    /// Fails retried appends waiting on originals that failed or timed out.
+    fn fail_dups(&self, pick: impl Fn(&DupWaiter) -> bool, code: ErrorCode, msg: &str) {
+        let mut dups = self.dups.borrow_mut();
+        dups.retain(|d| {
+            if pick(d) {
+                d.conn.inflight.set(d.conn.inflight.get() - 1);
+                d.conn.push_error(d.req_id, code, msg);
+                false
+            } else {
+                true
+            }
+        });
     }
 
     /// Fails appends older than the ack deadline (no follower confirmation in time) and
@@ -522,6 +660,12 @@ impl Shard {
             }
             return;
         }
+        let (code, msg) = if leading {
+            (ErrorCode::ReplicationTimeout, format!("not confirmed by the follower within {deadline:?}; the write is durable on the leader only and may still appear"))
+        } else {
+            (ErrorCode::OutcomeUnknown, "leadership lost before the follower confirmed; outcome unknown".to_string())
+        };
+        self.fail_dups(|d| !leading || now.duration_since(d.since) >= deadline, code, &msg);
         let mut n = 0usize;
         let mut unacked = self.unacked.borrow_mut();
         while let Some(u) = unacked.front() {
@@ -529,14 +673,6 @@ impl Shard {
                 break;
             }
             let u = unacked.pop_front().expect("front exists");
-            let (code, msg) = if leading {
-                (ErrorCode::ReplicationTimeout, format!("not confirmed by the follower within {deadline:?}; the write is durable on the leader only and may still appear"))
-            } else {
-                (
-                    ErrorCode::OutcomeUnknown,
-                    "leadership lost before the follower confirmed; outcome unknown".to_string(),
-                )
-            };
             for w in u.waiters {
                 w.conn.inflight.set(w.conn.inflight.get() - 1);
                 w.conn.push_error(w.req_id, code, &msg);
@@ -563,6 +699,10 @@ impl Shard {
             self.epoch.get(),
             self.cfg.ack_timeout
         );
+        // The offsets are handed out again: the producers' appends there never happened,
+        // and retries waiting on them fail the same way.
+        self.forget_producers_from(first);
+        self.fail_dups(|d| d.offset >= first, ErrorCode::Unavailable, &msg);
         let mut n = 0;
         for b in staged {
             self.staged_bytes.set(self.staged_bytes.get() - b.records.len());

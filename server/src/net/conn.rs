@@ -11,12 +11,13 @@ use std::rc::Rc;
 use std::time::Instant;
 
 use corelog_client::codec::{
-    self, decode_frame_max, ErrorCode, Request, Response, MAX_REQUEST_FRAME, PROTOCOL_VERSION,
+    self, decode_frame_max, ErrorCode, ProducerSeq, Request, Response, MAX_REQUEST_FRAME, MIN_PROTOCOL_VERSION,
+    PROTOCOL_VERSION,
 };
 use glommio::net::TcpStream;
 
 use super::tls_io::{self, Writer};
-use crate::shard::{ConnOut, Shard};
+use crate::shard::{AckForm, ConnOut, Shard, Taken};
 use crate::sync::deadline;
 
 /// Appends one connection may have unanswered before we stop reading from it.
@@ -64,6 +65,7 @@ async fn read_loop(
     hello_by: Instant,
 ) -> Result<(), Fail> {
     let mut said_hello = false;
+    let mut version = 0u16;
     loop {
         // Decode every whole frame in the buffer.
         loop {
@@ -78,17 +80,18 @@ async fn read_loop(
                 return Err((ErrorCode::BadHandshake, "first frame must be Hello".into(), req_id));
             }
             match req {
-                Request::Hello { version } => {
-                    if version != PROTOCOL_VERSION {
+                Request::Hello { version: v } => {
+                    if !(MIN_PROTOCOL_VERSION..=PROTOCOL_VERSION).contains(&v) {
                         return Err((
                             ErrorCode::BadVersion,
-                            format!("protocol version {version} unsupported; this server speaks {PROTOCOL_VERSION}"),
+                            format!("protocol version {v} unsupported; this server speaks {MIN_PROTOCOL_VERSION} to {PROTOCOL_VERSION}"),
                             req_id,
                         ));
                     }
                     said_hello = true;
+                    version = v;
                     let r = Response::HelloOk {
-                        version: PROTOCOL_VERSION,
+                        version: v,
                         shard: shard.id(),
                         shard_count: shard.cfg.shard_count,
                         role: shard.role(),
@@ -97,17 +100,13 @@ async fn read_loop(
                     r.encode(req_id, &mut out.buf.borrow_mut());
                     out.wake.notify();
                 }
-                Request::Append { payload } => {
-                    while out.inflight.get() >= MAX_INFLIGHT_PER_CONN {
-                        out.drained.wait().await;
+                Request::Append { payload } => append(shard, out, req_id, None, AckForm::V1, payload).await,
+                Request::Append2 { producer, payload } => {
+                    if version < 2 {
+                        let msg = format!("Append2 needs protocol version 2; this connection said Hello with {version}");
+                        return Err((ErrorCode::BadVersion, msg, req_id));
                     }
-                    if let Err((code, msg)) = shard.append(payload, out, req_id).await {
-                        // Answers leave in request order: earlier appends first.
-                        while out.inflight.get() > 0 {
-                            out.drained.wait().await;
-                        }
-                        out.push_error(req_id, code, &msg);
-                    }
+                    append(shard, out, req_id, producer, AckForm::V2 { duplicate: false }, payload).await
                 }
                 Request::Read { shard: s, from, max_bytes } => {
                     check_shard(shard, s, req_id)?;
@@ -165,6 +164,43 @@ async fn read_loop(
         match filled {
             Ok(true) => {}
             Ok(false) | Err(_) => return Ok(()),
+        }
+    }
+}
+
+/// One append (either version). Errors and duplicates are answered after every earlier
+/// answer of the connection (answers leave in request order).
+async fn append(
+    shard: &Rc<Shard>,
+    out: &Rc<ConnOut>,
+    req_id: u64,
+    producer: Option<ProducerSeq>,
+    form: AckForm,
+    payload: &[u8],
+) {
+    while out.inflight.get() >= MAX_INFLIGHT_PER_CONN {
+        out.drained.wait().await;
+    }
+    loop {
+        let taken = shard.append(producer, form, payload, out, req_id).await;
+        if taken == Ok(Taken::Staged) {
+            return;
+        }
+        while out.inflight.get() > 0 {
+            out.drained.wait().await;
+        }
+        match taken {
+            Ok(_) => {
+                let p = producer.expect("only idempotent appends are duplicates");
+                if shard.answer_duplicate(p, out, req_id) {
+                    return;
+                }
+                // The original's offset was handed out again meanwhile: append it anew.
+            }
+            Err((code, msg)) => {
+                out.push_error(req_id, code, &msg);
+                return;
+            }
         }
     }
 }

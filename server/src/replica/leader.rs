@@ -260,7 +260,7 @@ fn from_recent(shard: &Shard, cursor: u64) -> Option<(u64, u32, Rc<Vec<u8>>, usi
             let skipped = (cursor - r.first_offset) as u32;
             return Some((cursor, r.count - skipped, r.records.clone(), p));
         }
-        p += record::encoded_len(rec.payload.len());
+        p += rec.encoded_len();
     }
     None
 }

@@ -18,7 +18,7 @@
 
 use std::path::PathBuf;
 
-use corelog_client::codec::MAX_PAYLOAD;
+
 use corelog_client::record::{self, RECORD_HEADER_LEN};
 
 use super::batch::{BATCH_HEADER_LEN, BATCH_MAGIC, BATCH_VERSION, MAX_BATCH_BYTES, MAX_BATCH_RECORDS};
@@ -122,7 +122,7 @@ pub fn classify(
             res => {
                 let len = b.get(at + 4..at + 8).map(|l| u32::from_le_bytes(l.try_into().unwrap()) as usize);
                 let end = match len {
-                    Some(l) if l <= MAX_PAYLOAD => at + RECORD_HEADER_LEN + l,
+                    Some(l) if l <= record::MAX_BODY => at + RECORD_HEADER_LEN + l,
                     _ => at + RECORD_HEADER_LEN,
                 };
                 if zero_under(at, end) {

@@ -199,7 +199,7 @@ impl Log {
             let mut full = false;
             for r in record::Records::new(recs) {
                 let r = r.map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("record {at}: {e}")))?;
-                let len = record::encoded_len(r.payload.len());
+                let len = r.encoded_len();
                 if r.offset >= upto {
                     break;
                 }

@@ -127,6 +127,12 @@ fn list_segments(dir: &Path) -> Result<Vec<(u64, PathBuf)>, ScanError> {
 
 /// Scans the shard directory. Does not modify anything.
 pub fn scan(shard: u16, dir: &Path) -> Result<ShardScan, ScanError> {
+    scan_with(shard, dir, &mut |_| {})
+}
+
+/// `scan`, handing the records of every valid batch (verified, in offset order) to
+/// `visit` as they are read: state derived from the log is rebuilt in the same pass.
+pub fn scan_with(shard: u16, dir: &Path, visit: &mut dyn FnMut(&[u8])) -> Result<ShardScan, ScanError> {
     let files = list_segments(dir)?;
     let mut out = ShardScan {
         shard,
@@ -177,6 +183,7 @@ pub fn scan(shard: u16, dir: &Path) -> Result<ShardScan, ScanError> {
                             reason: format!("batch CRC valid but records invalid: {e}"),
                         })?;
                     note_epochs(&mut out.epochs, recs, h.count, last_epoch);
+                    visit(recs);
                     seg.batches.push(BatchLoc {
                         first_offset: h.first_offset,
                         count: h.count,
