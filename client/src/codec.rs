@@ -283,12 +283,26 @@ impl<'a> Body<'a> {
 /// Client → server requests on the client port.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Request<'a> {
-    Hello { version: u16 },
-    Append { payload: &'a [u8] },
+    Hello {
+        version: u16,
+    },
+    Append {
+        payload: &'a [u8],
+    },
     /// Version 2: an append that may carry a producer id and sequence (idempotent).
-    Append2 { producer: Option<ProducerSeq>, payload: &'a [u8] },
-    Read { shard: u16, from: u64, max_bytes: u32 },
-    Tail { shard: u16, from: u64 },
+    Append2 {
+        producer: Option<ProducerSeq>,
+        payload: &'a [u8],
+    },
+    Read {
+        shard: u16,
+        from: u64,
+        max_bytes: u32,
+    },
+    Tail {
+        shard: u16,
+        from: u64,
+    },
 }
 
 impl<'a> Request<'a> {

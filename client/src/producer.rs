@@ -69,7 +69,13 @@ impl Producer {
 
     /// A producer continuing an id at `next_seq` (e.g. after the process restarted and
     /// read its last sequence back from the log).
-    pub async fn resume(addrs: &str, cfg: &ClientConfig, shard: u16, id: u64, next_seq: u64) -> Result<Producer, Error> {
+    pub async fn resume(
+        addrs: &str,
+        cfg: &ClientConfig,
+        shard: u16,
+        id: u64,
+        next_seq: u64,
+    ) -> Result<Producer, Error> {
         let client = Client::connect_shard(addrs, shard, cfg).await?;
         Ok(Producer {
             client,
@@ -128,7 +134,10 @@ impl Producer {
         &self,
         seq: u64,
         frame: Vec<u8>,
-        first: Result<(Arc<crate::client::Conn>, tokio::sync::oneshot::Receiver<Result<crate::client::Reply, Error>>), Error>,
+        first: Result<
+            (Arc<crate::client::Conn>, tokio::sync::oneshot::Receiver<Result<crate::client::Reply, Error>>),
+            Error,
+        >,
     ) -> Result<Appended, Error> {
         let timeout = self.client.cfg.request_timeout;
         let mut give_up: Option<Instant> = None;
@@ -190,7 +199,9 @@ impl Producer {
 fn retried(e: &Error) -> bool {
     use ErrorCode::*;
     match e {
-        Error::Io(_) | Error::Closed | Error::NotSent | Error::Timeout(_) | Error::Unreachable(_) | Error::Tls(_) => true,
+        Error::Io(_) | Error::Closed | Error::NotSent | Error::Timeout(_) | Error::Unreachable(_) | Error::Tls(_) => {
+            true
+        }
         Error::Server { .. } => matches!(
             e.code(),
             Some(

@@ -16,8 +16,8 @@ use crate::coord::cell::ControlCell;
 use crate::coord::{CoordConfig, Coordinator};
 use crate::metrics::{self, ShardMetrics};
 use crate::net::{listener, tls};
-use crate::replica::{follower, leader};
 use crate::producers::Producers;
+use crate::replica::{follower, leader};
 use crate::shard::{Shard, ShardConfig};
 use crate::wal::{self, recovery};
 

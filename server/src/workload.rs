@@ -740,7 +740,12 @@ mod tests {
     fn logs(shards: &[&[&[u8]]]) -> Logs {
         let mut l = Logs::new();
         for (s, recs) in shards.iter().enumerate() {
-            let v = recs.iter().enumerate().map(|(i, p)| Record { offset: i as u64, epoch: 1, payload: p.to_vec() });
+            let v = recs.iter().enumerate().map(|(i, p)| Record {
+                offset: i as u64,
+                epoch: 1,
+                producer: None,
+                payload: p.to_vec(),
+            });
             l.insert(s as u16, v.collect());
         }
         l

@@ -231,7 +231,12 @@ fn the_epoch_order_check_catches_an_old_leader_acking_after_a_new_one() {
         result: OpResult::Ok(Position { shard: 0, offset }),
     };
     let log = |epochs: &[u32]| -> Logs {
-        let recs = epochs.iter().enumerate().map(|(i, &epoch)| Record { offset: i as u64, epoch, payload: vec![] });
+        let recs = epochs.iter().enumerate().map(|(i, &epoch)| Record {
+            offset: i as u64,
+            epoch,
+            producer: None,
+            payload: vec![],
+        });
         [(0u16, recs.collect())].into_iter().collect()
     };
     // Epoch 2's first ack completes at 20; an epoch-1 ack of an append invoked at 15

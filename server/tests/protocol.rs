@@ -151,6 +151,99 @@ fn malformed_input_gets_an_error_or_a_close_and_never_hurts_other_connections() 
 }
 
 #[test]
+fn bad_idempotent_appends_get_clear_errors_and_never_hurt_other_connections() {
+    let dir = TempDir::new("bad_append2");
+    let mut n = node(&dir, None, &["--shard-count", "1"]);
+    n.start();
+    let rt = runtime();
+    let good = rt.block_on(Client::connect(&n.addr(), &ClientConfig::insecure())).unwrap();
+    rt.block_on(good.append(b"before")).unwrap();
+    let p = |seq| Some(codec::ProducerSeq { id: 77, seq });
+    // Append2 on a connection that said Hello with version 1.
+    let mut s = raw(&n);
+    let mut f = Vec::new();
+    Request::Hello { version: 1 }.encode(1, &mut f);
+    codec::encode_append2(2, p(0), b"x", &mut f);
+    s.write_all(&f).unwrap();
+    assert_eq!(error_codes_until_close(s), vec![ErrorCode::BadVersion as u16]);
+    // A protocol version this server does not speak.
+    let mut s = raw(&n);
+    let mut f = Vec::new();
+    Request::Hello { version: PROTOCOL_VERSION + 1 }.encode(1, &mut f);
+    s.write_all(&f).unwrap();
+    assert_eq!(error_codes_until_close(s), vec![ErrorCode::BadVersion as u16]);
+    // Unknown Append2 flags, and a producer header cut short: BadFrame, then close.
+    for body in [vec![0x80u8, b'x'], vec![codec::APPEND_FLAG_PRODUCER, 1, 2, 3]] {
+        let mut s = raw(&n);
+        let mut f = hello();
+        f.extend_from_slice(&((9 + body.len()) as u32).to_le_bytes());
+        f.push(codec::op::APPEND2);
+        f.extend_from_slice(&2u64.to_le_bytes());
+        f.extend_from_slice(&body);
+        s.write_all(&f).unwrap();
+        assert_eq!(error_codes_until_close(s), vec![ErrorCode::BadFrame as u16]);
+    }
+    // Sequences out of line are refused on a connection that stays usable: the first
+    // sequence of an unknown producer must be 0; one far in the future is a gap; the
+    // appends after them in the same pipeline are answered in order.
+    let mut s = raw(&n);
+    let mut f = hello();
+    codec::encode_append2(2, p(5), b"a", &mut f);
+    codec::encode_append2(3, p(0), b"b", &mut f);
+    codec::encode_append2(4, p(u64::MAX - 1), b"c", &mut f);
+    codec::encode_append2(5, p(1), b"d", &mut f);
+    codec::encode_append2(6, p(0), b"e", &mut f);
+    codec::encode_append2(7, None, b"f", &mut f);
+    s.write_all(&f).unwrap();
+    s.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut buf = Vec::new();
+    let _ = s.read_to_end(&mut buf);
+    let mut got = Vec::new();
+    let mut at = 0;
+    while let Ok(Some((f, used))) = decode_frame(&buf[at..]) {
+        got.push((f.req_id, owned(&Response::parse(&f).unwrap())));
+        at += used;
+    }
+    let ids: Vec<u64> = got.iter().map(|g| g.0).collect();
+    assert_eq!(ids, vec![1, 2, 3, 4, 5, 6, 7], "answers in request order: {got:?}");
+    assert!(
+        matches!(&got[1].1, Owned::Error(c, m) if *c == ErrorCode::UnknownProducer as u16 && m.contains("sequence 5")),
+        "{got:?}"
+    );
+    let Owned::Appended2(off0, false) = got[2].1 else { panic!("{got:?}") };
+    assert!(
+        matches!(&got[3].1, Owned::Error(c, m) if *c == ErrorCode::SequenceGap as u16 && m.contains("expects sequence 1")),
+        "{got:?}"
+    );
+    assert!(matches!(got[4].1, Owned::Appended2(o, false) if o == off0 + 1), "{got:?}");
+    assert!(matches!(got[5].1, Owned::Appended2(o, true) if o == off0), "retry of 0: {got:?}");
+    assert!(matches!(got[6].1, Owned::Appended2(o, false) if o == off0 + 2), "{got:?}");
+    assert!(n.is_running(), "server survived:\n{}", n.log_text());
+    rt.block_on(good.append(b"after")).unwrap();
+    let recs = rt.block_on(read_all(&n.addr(), &ClientConfig::insecure(), 0));
+    let payloads: Vec<&[u8]> = recs.iter().map(|r| r.payload.as_slice()).collect();
+    assert_eq!(payloads, vec![&b"before"[..], b"b", b"d", b"f", b"after"], "only the accepted appends are stored");
+}
+
+/// A response detached from its buffer (for comparisons in tests).
+#[derive(Debug)]
+enum Owned {
+    HelloOk,
+    Appended2(u64, bool),
+    Error(u16, String),
+    Other,
+}
+
+fn owned(r: &Response<'_>) -> Owned {
+    match r {
+        Response::HelloOk { .. } => Owned::HelloOk,
+        Response::Appended2 { offset, duplicate, .. } => Owned::Appended2(*offset, *duplicate),
+        Response::Error { code, message } => Owned::Error(*code, message.to_string()),
+        _ => Owned::Other,
+    }
+}
+
+#[test]
 fn a_tail_started_before_a_burst_delivers_all_of_it_in_order() {
     let dir = TempDir::new("tail");
     let certs = certs(dir.path());

@@ -47,8 +47,15 @@ pub async fn serve(shard: Rc<Shard>, sock: TcpStream, tls: Option<rustls::Connec
     let out = Rc::new(ConnOut::default());
     let writer = glommio::spawn_local(write_loop(out.clone(), wr));
     let result = read_loop(&shard, &mut rd, &out, hello_by).await;
-    if let Err((code, msg, req_id)) = result {
-        out.push_error(req_id, code, &msg);
+    match result {
+        Err((code, msg, req_id)) => out.push_error(req_id, code, &msg),
+        // The client closed its sending side: what it sent is still answered (every
+        // append gets its answer or an error by the ack deadline) unless it is gone.
+        Ok(()) => {
+            while out.inflight.get() > 0 && !out.closed.get() {
+                out.drained.wait().await;
+            }
+        }
     }
     out.closed.set(true);
     out.wake.notify();
@@ -103,7 +110,8 @@ async fn read_loop(
                 Request::Append { payload } => append(shard, out, req_id, None, AckForm::V1, payload).await,
                 Request::Append2 { producer, payload } => {
                     if version < 2 {
-                        let msg = format!("Append2 needs protocol version 2; this connection said Hello with {version}");
+                        let msg =
+                            format!("Append2 needs protocol version 2; this connection said Hello with {version}");
                         return Err((ErrorCode::BadVersion, msg, req_id));
                     }
                     append(shard, out, req_id, producer, AckForm::V2 { duplicate: false }, payload).await

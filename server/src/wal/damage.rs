@@ -18,7 +18,6 @@
 
 use std::path::PathBuf;
 
-
 use corelog_client::record::{self, RECORD_HEADER_LEN};
 
 use super::batch::{BATCH_HEADER_LEN, BATCH_MAGIC, BATCH_VERSION, MAX_BATCH_BYTES, MAX_BATCH_RECORDS};
