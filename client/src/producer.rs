@@ -18,13 +18,16 @@
 //! plain append must give up on: a connection lost after sending, a request timeout,
 //! `OutcomeUnknown`, `ReplicationTimeout` — after reconnecting, following `NotLeader`, or
 //! failing over to another address, for up to the client's failover budget
-//! (`ClientConfig::with_failover_timeout`) counted from the first failure. `SequenceGap`
-//! and `UnknownProducer` while retrying mean an earlier sequence has not been sent again
-//! yet; they are retried too (nothing was written).
+//! (`ClientConfig::with_failover_timeout`) counted from the first failure. Retries go
+//! out in sequence order: an append is sent again only once every lower sequence of the
+//! producer has settled, so retries never refuse each other for ever. `SequenceGap` and
+//! `UnknownProducer` mean an earlier sequence has not arrived yet; they are retried the
+//! same way (nothing was written).
 //!
 //! Every append of a producer goes to one shard (its state lives there): the producer
-//! talks to that shard's direct port on each node (client port + 1 + shard). At most
-//! `WINDOW` appends are in flight. An append that fails for good — the budget spent, or an
+//! talks to that shard's direct port on each node (client port + 1 + shard). A new
+//! sequence is sent only within `WINDOW` of the lowest one not yet settled (the shard
+//! remembers that many positions per producer). An append that fails for good — the budget spent, or an
 //! error that is not retried — stops the producer: later sequences could never follow it,
 //! so every later call fails with [`Error::ProducerStopped`]; start a new producer.
 
@@ -32,9 +35,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::sync::{Mutex, Semaphore};
+use std::collections::BTreeSet;
+use std::sync::atomic::AtomicU64;
 
-use crate::client::{answer, Client, ClientConfig, Error, Position};
+use tokio::sync::{oneshot, Mutex, Notify};
+
+use crate::client::{answer, Client, ClientConfig, Conn, Error, Position, Reply};
 use crate::codec::{self, ErrorCode, ProducerSeq, Response};
 
 /// Appends of one producer in flight at most: the positions a shard remembers per producer.
@@ -49,15 +55,25 @@ pub struct Appended {
     pub duplicate: bool,
 }
 
+/// Sequences handed out and not yet settled.
+struct Seqs {
+    next: u64,
+    /// Sent (or being sent) and not yet answered for good.
+    pending: BTreeSet<u64>,
+}
+
+type Sent = Result<(Arc<Conn>, oneshot::Receiver<Result<Reply, Error>>), Error>;
+
 /// An idempotent producer bound to one shard; cheap to share (`Arc`) across tasks.
 pub struct Producer {
     client: Client,
     id: u64,
     shard: u16,
-    next_seq: Mutex<u64>,
-    window: Semaphore,
+    seqs: Mutex<Seqs>,
+    /// A pending sequence settled (or the producer stopped): retries check their turn.
+    turn: Notify,
     stopped: AtomicBool,
-    retries: std::sync::atomic::AtomicU64,
+    retries: AtomicU64,
 }
 
 impl Producer {
@@ -81,10 +97,10 @@ impl Producer {
             client,
             id,
             shard,
-            next_seq: Mutex::new(next_seq),
-            window: Semaphore::new(WINDOW),
+            seqs: Mutex::new(Seqs { next: next_seq, pending: BTreeSet::new() }),
+            turn: Notify::new(),
             stopped: AtomicBool::new(false),
-            retries: Default::default(),
+            retries: AtomicU64::new(0),
         })
     }
 
@@ -106,51 +122,54 @@ impl Producer {
         if payload.len() > codec::MAX_PAYLOAD {
             return Err(Error::Codec(codec::CodecError::PayloadTooLarge(payload.len())));
         }
-        let _slot = self.window.acquire().await.expect("the semaphore is never closed");
-        // Sequence numbers and first sends in the same order, under one lock.
-        let (seq, frame, first) = {
-            let mut next = self.next_seq.lock().await;
+        // Sequence numbers and first sends in the same order, under one lock; a new
+        // sequence only within `WINDOW` of the lowest unsettled one, whose position the
+        // shard must still remember if it is a duplicate.
+        let (seq, frame, first) = loop {
+            let notified = self.turn.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable(); // registered before the check: no wake-up lost
+            let mut g = self.seqs.lock().await;
             if self.stopped.load(Ordering::Acquire) {
                 return Err(self.stopped_error());
             }
-            let seq = *next;
-            *next += 1;
+            if g.pending.first().is_some_and(|&low| g.next - low >= WINDOW as u64) {
+                drop(g);
+                notified.await;
+                continue;
+            }
+            let seq = g.next;
+            g.next += 1;
+            g.pending.insert(seq);
             let mut frame = Vec::with_capacity(payload.len() + codec::FRAME_HEADER_LEN + codec::APPEND2_MAX_HEADER);
             codec::encode_append2(0, Some(ProducerSeq { id: self.id, seq }), payload, &mut frame);
-            let first = match self.client.connection().await {
-                Ok(conn) => conn.send(frame.clone()).await.map(|rx| (conn, rx)),
-                Err(e) => Err(e),
-            };
-            (seq, frame, first)
+            let first = self.send(&frame).await;
+            break (seq, frame, first);
         };
-        let r = self.complete(seq, frame, first).await;
+        let r = self.complete(seq, &frame, first).await;
         if r.is_err() {
             self.stopped.store(true, Ordering::Release);
         }
+        self.seqs.lock().await.pending.remove(&seq);
+        self.turn.notify_waiters();
         r
     }
 
-    async fn complete(
-        &self,
-        seq: u64,
-        frame: Vec<u8>,
-        first: Result<
-            (Arc<crate::client::Conn>, tokio::sync::oneshot::Receiver<Result<crate::client::Reply, Error>>),
-            Error,
-        >,
-    ) -> Result<Appended, Error> {
+    async fn send(&self, frame: &[u8]) -> Sent {
+        let conn = self.client.connection().await?;
+        let rx = conn.send(frame.to_vec()).await?;
+        Ok((conn, rx))
+    }
+
+    /// Waits for the answer to `first`; after a failure that is retried, sends again —
+    /// in sequence order: only the lowest pending sequence is re-sent, so that retries
+    /// do not arrive out of order and refuse each other (`SequenceGap`) for ever.
+    async fn complete(&self, seq: u64, frame: &[u8], first: Sent) -> Result<Appended, Error> {
         let timeout = self.client.cfg.request_timeout;
         let mut give_up: Option<Instant> = None;
         let mut backoff = Duration::from_millis(20);
-        let mut attempt = Some(first);
+        let mut sent = first;
         loop {
-            let sent = match attempt.take() {
-                Some(s) => s,
-                None => match self.client.connection().await {
-                    Ok(conn) => conn.send(frame.clone()).await.map(|rx| (conn, rx)),
-                    Err(e) => Err(e),
-                },
-            };
             let (conn, err) = match sent {
                 Err(e) => (None, e),
                 Ok((conn, rx)) => match answer(rx, timeout).await.and_then(|r| match r.response()? {
@@ -166,23 +185,54 @@ impl Producer {
             if !retried(&err) {
                 return Err(err);
             }
+            let gap = matches!(err.code(), Some(ErrorCode::SequenceGap | ErrorCode::UnknownProducer));
             if let Some(conn) = &conn {
                 match (&err, err.code()) {
-                    (_, Some(ErrorCode::SequenceGap | ErrorCode::UnknownProducer)) => {}
+                    _ if gap => {}
                     (Error::Server { message, .. }, Some(ErrorCode::NotLeader)) if !message.is_empty() => {
                         self.client.move_on(conn, Some(message)).await
                     }
                     _ => self.client.move_on(conn, None).await,
                 }
             }
-            let now = Instant::now();
-            let end = *give_up.get_or_insert(now + self.client.cfg.failover_timeout);
-            if now + backoff >= end {
-                return Err(err);
+            let end = *give_up.get_or_insert(Instant::now() + self.client.cfg.failover_timeout);
+            // Re-send only once every lower sequence has settled. If one had to be waited
+            // for, it just went through (or failed for good): no back-off then.
+            let waited = match self.wait_turn(seq, end).await {
+                Ok(w) => w,
+                Err(true) => return Err(self.stopped_error()),
+                Err(false) => return Err(err),
+            };
+            if !waited {
+                if Instant::now() + backoff >= end {
+                    return Err(err);
+                }
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_millis(200));
             }
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(Duration::from_millis(200));
             self.retries.fetch_add(1, Ordering::Relaxed);
+            sent = self.send(frame).await;
+        }
+    }
+
+    /// Waits until `seq` is the lowest pending sequence. `Ok(true)`: a lower one had to
+    /// be waited for. `Err(true)`: the producer stopped; `Err(false)`: `end` passed.
+    async fn wait_turn(&self, seq: u64, end: Instant) -> Result<bool, bool> {
+        let mut waited = false;
+        loop {
+            let notified = self.turn.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable(); // registered before the check: no wake-up lost
+            if self.stopped.load(Ordering::Acquire) {
+                return Err(true);
+            }
+            if self.seqs.lock().await.pending.first() == Some(&seq) {
+                return Ok(waited);
+            }
+            if tokio::time::timeout_at(end.into(), notified).await.is_err() {
+                return Err(false);
+            }
+            waited = true;
         }
     }
 

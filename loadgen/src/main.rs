@@ -54,6 +54,10 @@ struct Common {
     /// io_uring depth per ring (sizes the kernel's cancel hash table; see run.rs).
     #[arg(long, default_value_t = 4096)]
     ring_depth: usize,
+    /// Idempotent appends (`Append2` with a producer id per connection and a sequence per
+    /// append), to measure what the server's deduplication costs.
+    #[arg(long)]
+    idempotent: bool,
 }
 
 impl Common {
@@ -75,6 +79,9 @@ impl Common {
         ];
         if self.insecure {
             v.push("--insecure".into());
+        }
+        if self.idempotent {
+            v.push("--idempotent".into());
         }
         v
     }
@@ -252,11 +259,13 @@ fn run_step(a: RunArgs) -> Result<i32, String> {
         connect_deadline: c.connect_deadline,
         gate,
         ring_depth: c.ring_depth,
+        idempotent: c.idempotent,
     };
     let mode = match a.rate {
         Some(r) => format!("open loop at {r} appends/s"),
         None => "closed loop, one append in flight per connection".into(),
     };
+    let mode = if c.idempotent { format!("{mode}, idempotent") } else { mode };
     let to = if failover { "the first reachable of" } else { "" };
     log!(
         "{} connections to {to}{:?} ({mode}), {} executors, warm-up {:?}, window {:?}",

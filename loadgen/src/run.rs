@@ -91,6 +91,9 @@ pub struct RunConfig {
     /// 9,000 connections on a 128-deep ring (8 buckets) cost ~15% of the CPU in
     /// `io_poll_find`; 4096 gives the maximum of 256 buckets.
     pub ring_depth: usize,
+    /// Send `Append2` with a producer per connection (a new producer id after any error
+    /// or reconnection: nothing is re-sent, so a sequence is never reused).
+    pub idempotent: bool,
 }
 
 #[derive(Default)]
@@ -449,6 +452,15 @@ async fn reconnect(c: &mut Link, from: usize, cfg: &RunConfig, backoff: &mut Dur
     }
 }
 
+/// A fresh producer for connection `i`: an id from the clock, the process and `i`.
+fn new_producer(i: usize) -> codec::ProducerSeq {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_usize(i);
+    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos());
+    codec::ProducerSeq { id: h.finish(), seq: 0 }
+}
+
 async fn drive(
     mut c: Link,
     cfg: RunConfig,
@@ -460,6 +472,7 @@ async fn drive(
     let payload = vec![b'x'; cfg.payload_bytes];
     let mut frame = Vec::with_capacity(payload.len() + 16);
     let mut req_id = 0u64;
+    let mut producer = cfg.idempotent.then(|| new_producer(c.i));
     let mut intended = schedule.map(|s| s.1);
     let mut backoff = Duration::from_millis(20);
     loop {
@@ -483,9 +496,16 @@ async fn drive(
         }
         frame.clear();
         req_id += 1;
-        codec::encode_append(req_id, &payload, &mut frame);
+        match producer.as_mut() {
+            None => codec::encode_append(req_id, &payload, &mut frame),
+            Some(p) => {
+                codec::encode_append2(req_id, Some(*p), &payload, &mut frame);
+                p.seq += 1;
+            }
+        }
         // Failover: where to reconnect after this append (None: stay).
         let mut move_to: Option<usize> = None;
+        let mut failed = false;
         if c.w.write(&frame).await.is_err() {
             if !cfg.failover {
                 bump(&local.timeouts);
@@ -500,7 +520,7 @@ async fn drive(
             .await;
             let done = Instant::now();
             match res {
-                Ok((codec::op::APPENDED, _)) => {
+                Ok((codec::op::APPENDED | codec::op::APPENDED2, None)) => {
                     backoff = Duration::from_millis(20);
                     bump(&local.acked_total);
                     if t0 >= measure_from {
@@ -510,6 +530,7 @@ async fn drive(
                     }
                 }
                 Ok((_, Some((code, msg)))) => {
+                    failed = true;
                     if t0 >= measure_from {
                         let mut e = local.errors.borrow_mut();
                         match e.iter_mut().find(|(c, _)| *c == code) {
@@ -546,6 +567,9 @@ async fn drive(
                     move_to = Some(c.alt + 1);
                 }
             }
+        }
+        if producer.is_some() && (failed || move_to.is_some()) {
+            producer = Some(new_producer(c.i));
         }
         if let Some(to) = move_to {
             if !reconnect(&mut c, to, &cfg, &mut backoff, measure_to).await {
