@@ -18,10 +18,16 @@ def frame(op, req_id, body):
     return struct.pack("<IBQ", 1 + 8 + len(body), op, req_id) + body
 
 
-def record(offset, epoch, payload, flags=0):
-    head = b"CR" + bytes([1, flags]) + struct.pack("<IQI", len(payload), offset, epoch)
-    crc = zlib.crc32(head + payload) & 0xFFFFFFFF
-    return head + struct.pack("<I", crc) + payload
+def record(offset, epoch, payload, flags=0, producer=None):
+    """format.md §3: version 1, or version 2 with the producer extension (id, seq)."""
+    ext = b"" if producer is None else struct.pack("<QQ", *producer)
+    version = 1 if producer is None else 2
+    if producer is not None:
+        flags |= 1
+    body = ext + payload
+    head = b"CR" + bytes([version, flags]) + struct.pack("<IQI", len(body), offset, epoch)
+    crc = zlib.crc32(head + body) & 0xFFFFFFFF
+    return head + struct.pack("<I", crc) + body
 
 
 def records(first, epoch, payloads):
@@ -45,10 +51,16 @@ def seeds():
     s["read"] = frame(0x03, 3, struct.pack("<HQI", 0, 0, 1 << 20))
     s["read_big"] = frame(0x03, 4, struct.pack("<HQI", 7, 2**64 - 1, 2**32 - 1))
     s["tail"] = frame(0x04, 5, struct.pack("<HQ", 1, 42))
+    s["append2_plain"] = frame(0x05, 6, b"\x00" + b"Hello World")
+    s["append2_producer"] = frame(0x05, 7, b"\x01" + struct.pack("<QQ", 0xFEED, 41) + b"idem")
+    s["append2_bad_flags"] = frame(0x05, 8, b"\x80x")
     # Responses.
     for role in (1, 2, 3):
         s[f"hello_ok_{role}"] = frame(0x81, 0, struct.pack("<HHHBI", 1, 0, 4, role, 7))
     s["appended"] = frame(0x82, 1, struct.pack("<HQ", 2, 1 << 40))
+    s["appended2"] = frame(0x84, 7, struct.pack("<HQB", 0, 99, 0))
+    s["appended2_dup"] = frame(0x84, 7, struct.pack("<HQB", 1, 5, 1))
+    s["error_sequence_gap"] = error(7, 18, "producer 0xfeed sequence 50: this shard expects sequence 42 next")
     s["records"] = frame(0x83, 3, struct.pack("<HQI", 0, 5 + len(pays), len(pays)) + recs)
     s["records_empty"] = frame(0x83, 3, struct.pack("<HQI", 0, 0, 0))
     s["error_not_leader"] = error(1, 5, "10.0.0.1:9400")
@@ -70,6 +82,9 @@ def seeds():
     s["records_raw"] = recs
     s["record_one"] = record(0, 1, b"Hello World")
     s["record_flags"] = record(3, 1, b"flagged", flags=1)
+    s["record_producer"] = record(4, 2, b"idem", producer=(0xFEED, 41))
+    s["records_mixed"] = record(0, 1, b"plain") + record(1, 1, b"idem", producer=(7, 0))
+    s["repl_batch_mixed"] = frame(0x91, 0, struct.pack("<IQI", 1, 0, 2) + s["records_mixed"])
     return s
 
 

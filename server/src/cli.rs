@@ -4,7 +4,7 @@
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
 
-use corelog_client::{Client, ClientConfig, Tail};
+use corelog_client::{Client, ClientConfig, Producer, Tail};
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct ConnArgs {
@@ -42,8 +42,39 @@ fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime")
 }
 
+/// Idempotent appends from the command line (docs/operations.md §11).
+#[derive(clap::Args, Debug, Clone)]
+pub struct IdemArgs {
+    /// Send as an idempotent producer (protocol `Append2`): appends whose outcome is
+    /// unknown are sent again, never stored twice. The producer id and the next sequence
+    /// are printed on stderr, so a later `--producer ID --seq N` can continue or re-send.
+    #[arg(long)]
+    pub idempotent: bool,
+    /// Producer id (decimal or 0x-hex) to continue; implies --idempotent.
+    #[arg(long, value_parser = parse_u64)]
+    pub producer: Option<u64>,
+    /// First sequence to use with --producer (default 0). Re-sending a sequence already
+    /// written prints its original position followed by `duplicate`.
+    #[arg(long, requires = "producer")]
+    pub seq: Option<u64>,
+    /// Shard the producer's appends go to (its state lives there).
+    #[arg(long, default_value_t = 0)]
+    pub shard: u16,
+}
+
+fn parse_u64(s: &str) -> Result<u64, String> {
+    match s.strip_prefix("0x") {
+        Some(h) => u64::from_str_radix(h, 16),
+        None => s.parse(),
+    }
+    .map_err(|e| format!("{s:?}: {e}"))
+}
+
 /// Appends each payload (or each stdin line with `-`); prints `shard offset` per event.
-pub fn append(conn: &ConnArgs, payloads: &[String]) -> Result<(), String> {
+pub fn append(conn: &ConnArgs, idem: &IdemArgs, payloads: &[String]) -> Result<(), String> {
+    if idem.idempotent || idem.producer.is_some() {
+        return append_idempotent(conn, idem, payloads);
+    }
     let cfg = conn.config()?;
     runtime().block_on(async {
         let c = Client::connect(&conn.addr, &cfg).await.map_err(|e| e.to_string())?;
@@ -61,6 +92,40 @@ pub fn append(conn: &ConnArgs, payloads: &[String]) -> Result<(), String> {
             }
         }
         Ok(())
+    })
+}
+
+fn append_idempotent(conn: &ConnArgs, idem: &IdemArgs, payloads: &[String]) -> Result<(), String> {
+    let cfg = conn.config()?;
+    runtime().block_on(async {
+        let p = match idem.producer {
+            Some(id) => Producer::resume(&conn.addr, &cfg, idem.shard, id, idem.seq.unwrap_or(0)).await,
+            None => Producer::connect(&conn.addr, &cfg, idem.shard).await,
+        }
+        .map_err(|e| e.to_string())?;
+        let mut out = std::io::stdout().lock();
+        let mut next = idem.seq.unwrap_or(0);
+        let lines: Vec<String> = if payloads.len() == 1 && payloads[0] == "-" {
+            std::io::stdin().lock().lines().collect::<Result<_, _>>().map_err(|e| e.to_string())?
+        } else {
+            payloads.to_vec()
+        };
+        let mut result = Ok(());
+        for l in &lines {
+            match p.append(l.as_bytes()).await {
+                Ok(a) => {
+                    next = a.sequence + 1;
+                    let dup = if a.duplicate { " duplicate" } else { "" };
+                    writeln!(out, "{} {}{dup}", a.position.shard, a.position.offset).map_err(|e| e.to_string())?;
+                }
+                Err(e) => {
+                    result = Err(format!("sequence {next}: {e}"));
+                    break;
+                }
+            }
+        }
+        eprintln!("producer {:#018x} shard {}: next sequence {next}", p.id(), p.shard());
+        result
     })
 }
 

@@ -33,6 +33,8 @@ enum Cmd {
     Append {
         #[command(flatten)]
         conn: ConnArgs,
+        #[command(flatten)]
+        idem: cli::IdemArgs,
         #[arg(required = true)]
         payloads: Vec<String>,
     },
@@ -311,7 +313,7 @@ fn main() {
         Cmd::Serve(a) => serve_config(*a).and_then(node::serve),
         Cmd::Certs { out, names } => certs::generate(&out, &names)
             .map(|_| println!("wrote CA, server, follower and client certificates to {}", out.display())),
-        Cmd::Append { conn, payloads } => cli::append(&conn, &payloads),
+        Cmd::Append { conn, idem, payloads } => cli::append(&conn, &idem, &payloads),
         Cmd::Read { conn, shard, from, limit, hex } => cli::read(&conn, shard, from, limit, hex),
         Cmd::Tail { conn, shard, from, count, hex } => cli::tail(&conn, shard, from, count, hex),
         Cmd::Inspect { data_dirs, compare } => std::process::exit(match (compare, &data_dirs[..]) {

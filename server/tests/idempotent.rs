@@ -248,4 +248,26 @@ fn producer_state_survives_kill9_matches_the_follower_and_refuses_out_of_line_se
     assert!(records.iter().all(|r| r.payload != b"retry" || r.producer.unwrap().seq == 10));
     assert!(q.leader.metric_sum("corelog_producers") >= 1.0);
     assert!(q.leader.metric_sum("corelog_producer_state_bytes") > 0.0);
+    // The CLI: a producer continued by hand; a re-sent sequence prints its position.
+    let cli = |args: &[&str]| {
+        let out = std::process::Command::new(BIN)
+            .args(["append", "--insecure", "--addr", &addr])
+            .args(args)
+            .output()
+            .unwrap();
+        let text = |b: &[u8]| String::from_utf8_lossy(b).to_string();
+        (out.status.success(), text(&out.stdout), text(&out.stderr))
+    };
+    let (ok, out, err) = cli(&["--producer", "0x5eed", "--seq", "0", "one", "two"]);
+    assert!(ok, "{err}");
+    assert!(err.contains("producer 0x0000000000005eed shard 0: next sequence 2"), "{err}");
+    let first: Vec<&str> = out.lines().collect();
+    assert_eq!(first.len(), 2, "{out}");
+    let (ok, out, err) = cli(&["--producer", "24301", "--seq", "1", "two again", "three"]);
+    assert!(ok, "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines[0], format!("{} duplicate", first[1]), "{out}");
+    assert!(!lines[1].ends_with("duplicate"), "{out}");
+    let (ok, _, err) = cli(&["--producer", "0x5eed", "--seq", "9", "gap"]);
+    assert!(!ok && err.contains("SequenceGap"), "{err}");
 }

@@ -13,7 +13,10 @@
 //!   encodings are canonical, so the re-encoded bytes must equal the input frame
 //!   (`Repl` frames always carry `req_id` 0; `Error` messages over 1 KiB are cut).
 //! - `record::decode`, `record::Records` and `record::verify_run` on the whole input and
-//!   on every `Records` / `Repl::Batch` body; decoded records re-encode to the same bytes.
+//!   on every `Records` / `Repl::Batch` body; decoded records (versions 1 and 2) re-encode
+//!   to the same bytes and `record::peek` agrees with `record::decode`.
+//! - protocol version 2: `Append2` (with and without a producer) and `Appended2` go
+//!   through the same parse / re-encode checks as every other frame.
 
 #![no_main]
 
@@ -121,18 +124,19 @@ fn check_repl(f: &Frame<'_>, wire: &[u8]) {
     }
 }
 
-/// A decoded record must re-encode to the bytes it came from (flags byte aside: the
-/// decoder does not look at it, only the CRC covers it).
+/// A decoded record (version 1, or version 2 with the producer extension) must re-encode
+/// to the bytes it came from: the decoder checks version and flags, so the encoding is
+/// canonical.
 fn check_record(r: &RecordRef<'_>, bytes: &[u8]) {
-    assert_eq!(bytes.len(), record::encoded_len(r.payload.len()));
+    assert_eq!(bytes.len(), r.encoded_len());
     let mut out = Vec::new();
-    record::encode(r.offset, r.epoch, r.payload, &mut out);
+    record::encode_ex(r.offset, r.epoch, r.producer, r.payload, &mut out);
     let (r2, n) = record::decode(&out).expect("re-encoded record decodes");
     assert_eq!(n, out.len());
     assert_eq!(&r2, r, "record decode(encode(x)) != x");
-    if bytes[3] == 0 {
-        assert_eq!(out, bytes, "record encoding is not canonical");
-    }
+    assert_eq!(out, bytes, "record encoding is not canonical");
+    let (offset, producer, len) = record::peek(bytes).expect("a decoded record peeks");
+    assert_eq!((offset, producer, len), (r.offset, r.producer, n), "peek disagrees with decode");
 }
 
 fn walk_records(buf: &[u8]) {
@@ -145,7 +149,7 @@ fn walk_records(buf: &[u8]) {
     while let Some(item) = it.next() {
         match item {
             Ok(r) => {
-                let n = record::encoded_len(r.payload.len());
+                let n = r.encoded_len();
                 assert!(at + n <= buf.len());
                 check_record(&r, &buf[at..at + n]);
                 at += n;
