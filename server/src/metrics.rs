@@ -1,10 +1,11 @@
 //! Prometheus metrics: handles created once per shard (a `shard` label), so the hot path
-//! only touches uncontended atomics; `/metrics` and `/health` served by a small thread.
+//! only touches uncontended atomics; `/metrics` and `/health` served by small threads.
 
-use std::io::{BufRead, BufReader, Write};
-use std::net::{SocketAddr, TcpListener};
-use std::sync::atomic::Ordering;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::coord::cell::ControlCell;
 
@@ -109,35 +110,65 @@ fn health_body() -> String {
     }
 }
 
-/// Serves `GET /metrics` and `GET /health` (200 once every shard has started, 503 before).
+/// Requests served at once; more connections are closed at accept (and counted).
+pub const MAX_HTTP_CONCURRENT: usize = 16;
+/// Time a client has to send its request line and headers, and, separately, to take
+/// the answer: a stuck scraper holds one slot for at most twice this.
+pub const HTTP_IO_TIMEOUT: Duration = Duration::from_secs(5);
+/// Longest request line or header line read.
+const MAX_HTTP_LINE: u64 = 8 * 1024;
+
+/// Serves `GET /metrics` and `GET /health` (200 once every shard has started, 503 before),
+/// one thread per request, at most `MAX_HTTP_CONCURRENT` at once, each bounded by
+/// `HTTP_IO_TIMEOUT` for reading and for writing: a scraper that stops reading cannot
+/// keep `/health` from answering.
 pub fn serve(addr: SocketAddr, handle: PrometheusHandle, ctl: Arc<ControlCell>) -> std::io::Result<SocketAddr> {
     let l = TcpListener::bind(addr)?;
     let local = l.local_addr()?;
+    let busy = Arc::new(AtomicUsize::new(0));
     std::thread::Builder::new().name("metrics-http".into()).spawn(move || {
         for s in l.incoming().flatten() {
-            let _ = s.set_read_timeout(Some(std::time::Duration::from_secs(5)));
-            let mut line = String::new();
-            let mut r = BufReader::new(&s);
-            if r.read_line(&mut line).is_err() {
-                continue;
+            if busy.fetch_add(1, Ordering::AcqRel) >= MAX_HTTP_CONCURRENT {
+                busy.fetch_sub(1, Ordering::AcqRel);
+                counter!("corelog_http_refused_total").increment(1);
+                continue; // dropped: closed at once
             }
-            // Drain headers (bounded).
-            for _ in 0..100 {
-                let mut h = String::new();
-                if r.read_line(&mut h).map(|n| n <= 2).unwrap_or(true) {
-                    break;
-                }
+            let (handle, ctl, slot) = (handle.clone(), ctl.clone(), busy.clone());
+            let spawned = std::thread::Builder::new().name("metrics-req".into()).spawn(move || {
+                answer(&s, &handle, &ctl);
+                slot.fetch_sub(1, Ordering::AcqRel);
+            });
+            if spawned.is_err() {
+                // No thread to be had: the connection (moved into the closure) is closed.
+                busy.fetch_sub(1, Ordering::AcqRel);
             }
-            let path = line.split_whitespace().nth(1).unwrap_or("");
-            let (status, body) = match path {
-                "/metrics" => ("200 OK", handle.render()),
-                "/health" if ctl.started() => ("200 OK", health_body()),
-                "/health" => ("503 Service Unavailable", "starting\n".to_string()),
-                _ => ("404 Not Found", "not found\n".to_string()),
-            };
-            let mut w = &s;
-            let _ = write!(w, "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
         }
     })?;
     Ok(local)
+}
+
+fn answer(s: &TcpStream, handle: &PrometheusHandle, ctl: &ControlCell) {
+    let _ = s.set_read_timeout(Some(HTTP_IO_TIMEOUT));
+    let _ = s.set_write_timeout(Some(HTTP_IO_TIMEOUT));
+    let mut r = BufReader::new(s.take(MAX_HTTP_LINE * 101));
+    let mut line = String::new();
+    if r.read_line(&mut line).is_err() {
+        return;
+    }
+    // Drain headers (bounded).
+    for _ in 0..100 {
+        let mut h = String::new();
+        if r.read_line(&mut h).map(|n| n <= 2).unwrap_or(true) {
+            break;
+        }
+    }
+    let path = line.split_whitespace().nth(1).unwrap_or("");
+    let (status, body) = match path {
+        "/metrics" => ("200 OK", handle.render()),
+        "/health" if ctl.started() => ("200 OK", health_body()),
+        "/health" => ("503 Service Unavailable", "starting\n".to_string()),
+        _ => ("404 Not Found", "not found\n".to_string()),
+    };
+    let mut w = s;
+    let _ = write!(w, "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
 }

@@ -289,6 +289,56 @@ fn metrics_reflect_the_appends_made() {
     assert!(http_get(n.ports.metrics, "/health").unwrap().starts_with("HTTP/1.1 200"));
 }
 
+/// The metrics endpoint serves requests side by side: clients that connect and send
+/// nothing (or half a request line), or ask for /metrics and never read, do not keep
+/// `/health` from answering; beyond `MAX_HTTP_CONCURRENT` connections are closed at once
+/// and counted, and the slots come back when the stuck clients go.
+#[test]
+fn health_answers_while_scrapers_are_stuck() {
+    let dir = TempDir::new("metrics_stuck");
+    let mut n = node(&dir, None, &[]);
+    n.start();
+    let at = ("127.0.0.1", n.ports.metrics);
+    let mut stuck = Vec::new();
+    for i in 0..3 {
+        let mut s = TcpStream::connect(at).unwrap();
+        match i {
+            0 => {}
+            1 => s.write_all(b"GET /metr").unwrap(),
+            _ => s.write_all(b"GET /metrics HTTP/1.1\r\n\r\n").unwrap(), // and never read
+        }
+        stuck.push(s);
+    }
+    let h = http_get(n.ports.metrics, "/health").unwrap();
+    assert!(h.starts_with("HTTP/1.1 200"), "{h}");
+    // The silent ones are still open: /health was not waiting for them to time out.
+    for s in &stuck[..2] {
+        s.set_nonblocking(true).unwrap();
+        let mut b = [0u8; 1];
+        let r = (&*s).read(&mut b);
+        assert!(matches!(&r, Err(e) if e.kind() == std::io::ErrorKind::WouldBlock), "closed early: {r:?}");
+    }
+    // Fill every slot: the next connection is closed unanswered and counted.
+    let more: Vec<TcpStream> =
+        (0..corelog_server::metrics::MAX_HTTP_CONCURRENT).map(|_| TcpStream::connect(at).unwrap()).collect();
+    let mut refused = TcpStream::connect(at).unwrap();
+    refused.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut b = Vec::new();
+    assert_eq!(refused.read_to_end(&mut b).unwrap_or(0), 0, "answered beyond the bound");
+    drop(more);
+    drop(stuck);
+    // Slots are freed when the clients go (their reads fail at once): /health again.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        if http_get(n.ports.metrics, "/health").is_ok_and(|h| h.starts_with("HTTP/1.1 200")) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "/health never answered again");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(n.metric_sum("corelog_http_refused_total") >= 1.0);
+}
+
 /// Connections that never finish the handshake are closed at `--handshake-timeout-ms`:
 /// a plain TCP connection that sends nothing to an mTLS node, a half-sent ClientHello,
 /// and (plaintext node) a connection that never sends `Hello` (answered `BadHandshake`).
