@@ -437,12 +437,6 @@ impl Shard {
         true
     }
 
-    /// The producers' table as a digest of (producer, verdict for its next sequences):
-    /// for tests that compare leader and follower.
-    pub fn producer_count(&self) -> usize {
-        self.producers.borrow().len()
-    }
-
     /// Waits until an append of `len` encoded bytes fits under the bounds. Errors when
     /// this node takes no appends.
     async fn wait_room(&self, len: usize) -> Result<(), (ErrorCode, String)> {
@@ -582,6 +576,7 @@ impl Shard {
         if self.role.get() == Role::Leader {
             self.acked_end.set(end);
         }
+        self.release_dups(end);
         let mut n = 0u64;
         let mut unacked = self.unacked.borrow_mut();
         while let Some(u) = unacked.front_mut() {
@@ -604,7 +599,6 @@ impl Shard {
             self.unacked_count.set(self.unacked_count.get() - n as usize);
             self.metrics.appends.increment(n);
         }
-        self.release_dups(end);
         self.metrics.durable_offset.set(end as f64);
         self.metrics.log_end.set(self.log.next_offset() as f64);
         if !self.cfg.standalone && self.role.get() == Role::Leader {
@@ -615,10 +609,11 @@ impl Shard {
         self.durable_ev.notify();
     }
 
-    /// Answers retried appends whose original is now below the committed end. They are
-    /// answered after the appends released in the same call: on one connection a
-    /// duplicate waits for every earlier answer before it is registered, and later
-    /// appends get higher offsets, so answers stay in request order.
+    /// Answers retried appends whose original is now below the committed end. They go
+    /// before the appends released in the same call: on one connection a duplicate is
+    /// registered only once every earlier answer has left, and the connection's later
+    /// appends get offsets above its original, so they are released in the same call or
+    /// a later one — answers stay in request order.
     fn release_dups(&self, end: u64) {
         let mut dups = self.dups.borrow_mut();
         if dups.is_empty() {

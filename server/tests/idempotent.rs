@@ -271,3 +271,73 @@ fn producer_state_survives_kill9_matches_the_follower_and_refuses_out_of_line_se
     let (ok, _, err) = cli(&["--producer", "0x5eed", "--seq", "9", "gap"]);
     assert!(!ok && err.contains("SequenceGap"), "{err}");
 }
+
+/// Reads `n` frames from `s`: (req_id, op, duplicate flag and offset of an `Appended2`).
+fn read_frames(s: &mut std::net::TcpStream, n: usize) -> Vec<(u64, u8, Option<(u64, bool)>)> {
+    use corelog_client::codec::{decode_frame, Response};
+    use std::io::Read;
+    let mut buf = Vec::new();
+    let mut out = Vec::new();
+    while out.len() < n {
+        let mut chunk = [0u8; 4096];
+        let k = s.read(&mut chunk).expect("answer before the read timeout");
+        assert!(k > 0, "closed after {out:?}");
+        buf.extend_from_slice(&chunk[..k]);
+        while let Some((f, used)) = decode_frame(&buf).unwrap() {
+            let a = match Response::parse(&f).unwrap() {
+                Response::Appended2 { offset, duplicate, .. } => Some((offset, duplicate)),
+                _ => None,
+            };
+            out.push((f.req_id, f.op, a));
+            buf.drain(..used);
+        }
+    }
+    out
+}
+
+/// A retry whose original is not committed yet waits for it; an append sent behind the
+/// retry on the same connection is answered after it, even when one follower ack
+/// commits both (answers leave in request order).
+#[test]
+fn a_retry_waiting_for_its_original_is_answered_before_the_appends_behind_it() {
+    use corelog_client::codec::{self, op, ProducerSeq, Request};
+    use std::io::Write;
+    let dir = TempDir::new("idem_order");
+    let mut p = pair(&dir, None, &["--shard-count", "1"]);
+    p.follower.start();
+    p.leader.start();
+    let connect = || {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", p.leader.ports.client)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let mut f = Vec::new();
+        Request::Hello { version: 2 }.encode(1, &mut f);
+        s.write_all(&f).unwrap();
+        assert_eq!(read_frames(&mut s, 1)[0].1, op::HELLO_OK);
+        s
+    };
+    let (mut first, mut second) = (connect(), connect());
+    let wait_metric = |name: &str, v: f64| {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while p.leader.metric_sum(name) < v {
+            assert!(Instant::now() < deadline, "{name} never reached {v}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    };
+    wait_metric("corelog_appends_total", 0.0);
+    signal(&p.follower, libc::SIGSTOP); // nothing is committed while it is frozen
+    let id = ProducerSeq { id: 0xabc, seq: 0 };
+    let mut f = Vec::new();
+    codec::encode_append2(2, Some(id), b"original", &mut f);
+    first.write_all(&f).unwrap();
+    wait_metric("corelog_log_end_offset", 1.0); // the original has its offset
+    let mut f = Vec::new();
+    codec::encode_append2(2, Some(id), b"retry", &mut f);
+    codec::encode_append2(3, Some(ProducerSeq { seq: 1, ..id }), b"next", &mut f);
+    second.write_all(&f).unwrap();
+    wait_metric("corelog_append_duplicates_total", 1.0); // the retry waits for offset 0
+    wait_metric("corelog_log_end_offset", 2.0); // "next" is written behind it
+    signal(&p.follower, libc::SIGCONT);
+    let got = read_frames(&mut second, 2);
+    assert_eq!(got, vec![(2, op::APPENDED2, Some((0, true))), (3, op::APPENDED2, Some((1, false)))]);
+    assert_eq!(read_frames(&mut first, 1), vec![(2, op::APPENDED2, Some((0, false)))]);
+}
