@@ -272,8 +272,11 @@ fn producer_state_survives_kill9_matches_the_follower_and_refuses_out_of_line_se
     assert!(!ok && err.contains("SequenceGap"), "{err}");
 }
 
-/// Reads `n` frames from `s`: (req_id, op, duplicate flag and offset of an `Appended2`).
-fn read_frames(s: &mut std::net::TcpStream, n: usize) -> Vec<(u64, u8, Option<(u64, bool)>)> {
+/// One frame read back: req_id, op, and (offset, duplicate) of an `Appended2`.
+type Answer = (u64, u8, Option<(u64, bool)>);
+
+/// Reads `n` frames from `s`.
+fn read_frames(s: &mut std::net::TcpStream, n: usize) -> Vec<Answer> {
     use corelog_client::codec::{decode_frame, Response};
     use std::io::Read;
     let mut buf = Vec::new();
