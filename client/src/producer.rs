@@ -27,7 +27,9 @@
 //! Every append of a producer goes to one shard (its state lives there): the producer
 //! talks to that shard's direct port on each node (client port + 1 + shard). A new
 //! sequence is sent only within `WINDOW` of the lowest one not yet settled (the shard
-//! remembers that many positions per producer). An append that fails for good — the budget spent, or an
+//! remembers that many positions per producer), and not while an earlier one waits to be
+//! sent again (so that after a failure the producer drains its retries, then pipelines
+//! again). An append that fails for good — the budget spent, or an
 //! error that is not retried — stops the producer: later sequences could never follow it,
 //! so every later call fails with [`Error::ProducerStopped`]; start a new producer.
 
@@ -60,6 +62,10 @@ struct Seqs {
     next: u64,
     /// Sent (or being sent) and not yet answered for good.
     pending: BTreeSet<u64>,
+    /// Pending sequences whose last attempt failed and that wait to be sent again. While
+    /// any does, no new sequence is sent: it would only be refused (`SequenceGap`) behind
+    /// them and join the queue, and the producer would never get back to pipelining.
+    failed: BTreeSet<u64>,
 }
 
 type Sent = Result<(Arc<Conn>, oneshot::Receiver<Result<Reply, Error>>), Error>;
@@ -97,7 +103,7 @@ impl Producer {
             client,
             id,
             shard,
-            seqs: Mutex::new(Seqs { next: next_seq, pending: BTreeSet::new() }),
+            seqs: Mutex::new(Seqs { next: next_seq, pending: BTreeSet::new(), failed: BTreeSet::new() }),
             turn: Notify::new(),
             stopped: AtomicBool::new(false),
             retries: AtomicU64::new(0),
@@ -133,7 +139,7 @@ impl Producer {
             if self.stopped.load(Ordering::Acquire) {
                 return Err(self.stopped_error());
             }
-            if g.pending.first().is_some_and(|&low| g.next - low >= WINDOW as u64) {
+            if !g.failed.is_empty() || g.pending.first().is_some_and(|&low| g.next - low >= WINDOW as u64) {
                 drop(g);
                 notified.await;
                 continue;
@@ -150,7 +156,10 @@ impl Producer {
         if r.is_err() {
             self.stopped.store(true, Ordering::Release);
         }
-        self.seqs.lock().await.pending.remove(&seq);
+        let mut g = self.seqs.lock().await;
+        g.pending.remove(&seq);
+        g.failed.remove(&seq);
+        drop(g);
         self.turn.notify_waiters();
         r
     }
@@ -185,6 +194,7 @@ impl Producer {
             if !retried(&err) {
                 return Err(err);
             }
+            self.seqs.lock().await.failed.insert(seq);
             let gap = matches!(err.code(), Some(ErrorCode::SequenceGap | ErrorCode::UnknownProducer));
             if let Some(conn) = &conn {
                 match (&err, err.code()) {
