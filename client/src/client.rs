@@ -449,9 +449,13 @@ impl Client {
     /// Connects to the first reachable node of `addr` (`host:port`, or several separated
     /// by commas).
     pub async fn connect(addr: &str, cfg: &ClientConfig) -> Result<Client, Error> {
-        let addrs = split_addrs(addr);
+        Client::open(addr, split_addrs(addr), cfg, None).await
+    }
+
+    /// A client over `addrs` (from `given`), connected to the first that answers.
+    async fn open(given: &str, addrs: Vec<String>, cfg: &ClientConfig, shard: Option<u16>) -> Result<Client, Error> {
         if addrs.is_empty() {
-            return Err(Error::Unreachable(format!("no address in {addr:?}")));
+            return Err(Error::Unreachable(format!("no address in {given:?}")));
         }
         let c = Client {
             addrs: Arc::new(addrs),
@@ -459,7 +463,7 @@ impl Client {
             hint: Default::default(),
             conn: Arc::new(Mutex::new(None)),
             cfg: cfg.clone(),
-            shard: None,
+            shard,
         };
         c.connection().await?;
         Ok(c)
@@ -474,20 +478,7 @@ impl Client {
     /// served by that shard's executor: use it to read or tail a given shard.
     pub async fn connect_shard(addr: &str, shard: u16, cfg: &ClientConfig) -> Result<Client, Error> {
         let direct: Result<Vec<String>, Error> = split_addrs(addr).iter().map(|a| shard_addr(a, shard)).collect();
-        let direct = direct?;
-        if direct.is_empty() {
-            return Err(Error::Unreachable(format!("no address in {addr:?}")));
-        }
-        let c = Client {
-            addrs: Arc::new(direct),
-            next: Arc::new(AtomicUsize::new(0)),
-            hint: Default::default(),
-            conn: Arc::new(Mutex::new(None)),
-            cfg: cfg.clone(),
-            shard: Some(shard),
-        };
-        c.connection().await?;
-        Ok(c)
+        Client::open(addr, direct?, cfg, Some(shard)).await
     }
 
     pub async fn info(&self) -> ServerInfo {

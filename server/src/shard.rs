@@ -214,6 +214,7 @@ impl Shard {
         let next = log.next_offset();
         assert!(commit_floor <= next, "commit floor {commit_floor} above the log end {next}");
         let replicated_leader = role == Role::Leader && !cfg.standalone;
+        publish_producers(&metrics, &producers); // the table the boot scan rebuilt
         Rc::new(Shard {
             acked_end: Cell::new(commit_floor),
             link_up: Cell::new(false),
@@ -396,7 +397,7 @@ impl Shard {
         self.unacked_count.set(self.unacked_count.get() + 1);
         drop(staged);
         if let Some(p) = producer {
-            self.note_producer(p, offset);
+            self.update_producers(|t| t.note(p, offset));
         }
         if !self.accepted.get() {
             self.metrics.appends_held.set(self.unacked_count.get() as f64);
@@ -405,18 +406,11 @@ impl Shard {
         Ok(Taken::Staged)
     }
 
-    fn note_producer(&self, p: ProducerSeq, offset: u64) {
+    /// Changes the producers' table and publishes its size.
+    fn update_producers(&self, f: impl FnOnce(&mut Producers)) {
         let mut t = self.producers.borrow_mut();
-        t.note(p, offset);
-        self.metrics.producers.set(t.len() as f64);
-        self.metrics.producer_bytes.set(t.bytes() as f64);
-    }
-
-    fn forget_producers_from(&self, offset: u64) {
-        let mut t = self.producers.borrow_mut();
-        t.forget_from(offset);
-        self.metrics.producers.set(t.len() as f64);
-        self.metrics.producer_bytes.set(t.bytes() as f64);
+        f(&mut t);
+        publish_producers(&self.metrics, &t);
     }
 
     /// Answers a retried idempotent append (after `append` said `Taken::Duplicate` and
@@ -477,7 +471,7 @@ impl Shard {
         }
         let b = staged.back_mut().expect("pushed above");
         b.records.extend_from_slice(records);
-        self.producers.borrow_mut().note_run(records);
+        self.update_producers(|t| t.note_run(records));
         b.count += count;
         self.next_assign.set(first_offset + count as u64);
         self.staged_bytes.set(self.staged_bytes.get() + records.len());
@@ -492,7 +486,7 @@ impl Shard {
             self.durable_ev.wait().await;
         }
         let end = self.log.truncate(offset).await?;
-        self.forget_producers_from(end);
+        self.update_producers(|t| t.forget_from(end));
         self.next_assign.set(end);
         self.recent.borrow_mut().clear();
         self.recent_bytes.set(0);
@@ -696,7 +690,7 @@ impl Shard {
         );
         // The offsets are handed out again: the producers' appends there never happened,
         // and retries waiting on them fail the same way.
-        self.forget_producers_from(first);
+        self.update_producers(|t| t.forget_from(first));
         self.fail_dups(|d| d.offset >= first, ErrorCode::Unavailable, &msg);
         let mut n = 0;
         for b in staged {
@@ -763,6 +757,11 @@ impl Shard {
         self.space_ev.notify();
         self.durable_ev.notify();
     }
+}
+
+fn publish_producers(m: &ShardMetrics, t: &Producers) {
+    m.producers.set(t.len() as f64);
+    m.producer_bytes.set(t.bytes() as f64);
 }
 
 fn first_record_epoch(recs: &[u8]) -> u32 {

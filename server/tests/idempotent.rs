@@ -225,6 +225,8 @@ fn producer_state_survives_kill9_matches_the_follower_and_refuses_out_of_line_se
     let a = again(&addr, id, 10).unwrap();
     assert!(!a.duplicate && a.position.offset == pos[9].offset + 1, "sequence 10 is new: {a:?}");
     wait_caught_up(&p, Duration::from_secs(30));
+    let producers = |n: &Node| (n.metric_sum("corelog_producers"), n.metric_sum("corelog_producer_state_bytes"));
+    assert_eq!(producers(&p.follower), producers(&p.leader), "the follower's table is the leader's");
     p.leader.kill9();
     p.follower.kill9();
     // The follower built the same table from the same records.
