@@ -75,6 +75,12 @@ pub enum Error {
     Timeout(Duration),
     /// An idempotent producer refuses appends after one failed for good (nothing sent).
     ProducerStopped(String),
+    /// A stream append's expected version did not hold: nothing was written. `current`
+    /// is the stream's version (its last event's; `None`: the stream has no event).
+    WrongExpectedVersion {
+        current: Option<u64>,
+        message: String,
+    },
 }
 
 /// What a failed append may have left behind.
@@ -90,6 +96,7 @@ impl Error {
     pub fn code(&self) -> Option<ErrorCode> {
         match self {
             Error::Server { code, .. } => ErrorCode::from_u16(*code),
+            Error::WrongExpectedVersion { .. } => Some(ErrorCode::WrongExpectedVersion),
             _ => None,
         }
     }
@@ -98,12 +105,17 @@ impl Error {
     pub fn outcome(&self) -> Outcome {
         use ErrorCode::*;
         match self {
-            Error::Unreachable(_) | Error::NotSent | Error::Tls(_) | Error::ProducerStopped(_) => Outcome::NotWritten,
+            Error::Unreachable(_)
+            | Error::NotSent
+            | Error::Tls(_)
+            | Error::ProducerStopped(_)
+            | Error::WrongExpectedVersion { .. } => Outcome::NotWritten,
             Error::Codec(codec::CodecError::PayloadTooLarge(_)) => Outcome::NotWritten,
             Error::Server { .. } => match self.code() {
                 Some(
                     NotLeader | Unavailable | Fenced | BadFrame | TooLarge | UnknownOpcode | BadVersion | NoSuchShard
-                    | Overloaded | ShuttingDown | BadHandshake | SequenceGap | UnknownProducer,
+                    | Overloaded | ShuttingDown | BadHandshake | SequenceGap | UnknownProducer | WrongShard
+                    | BadRequest,
                 ) => Outcome::NotWritten,
                 _ => Outcome::Unknown,
             },
@@ -128,6 +140,7 @@ impl std::fmt::Display for Error {
             Error::NotSent => write!(f, "connection closed before the request was sent"),
             Error::Timeout(d) => write!(f, "no answer within {d:?}"),
             Error::ProducerStopped(m) => write!(f, "{m}"),
+            Error::WrongExpectedVersion { message, .. } => write!(f, "server error 21 WrongExpectedVersion: {message}"),
         }
     }
 }
@@ -154,7 +167,16 @@ pub struct Record {
     pub epoch: u32,
     /// Set on records of idempotent appends.
     pub producer: Option<crate::codec::ProducerSeq>,
+    /// Set on events appended to a stream: its name and the event's version there.
+    pub stream: Option<StreamVersion>,
     pub payload: Vec<u8>,
+}
+
+/// An event's stream and its version in it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct StreamVersion {
+    pub name: String,
+    pub version: u64,
 }
 
 /// What the server said in its `HelloOk`.
@@ -260,6 +282,9 @@ impl Reply {
         let f = codec::Frame { op: self.op, req_id: 0, body: &self.body };
         match Response::parse(&f).map_err(Error::Codec)? {
             Response::Error { code, message } => Err(Error::Server { code, message: message.to_string() }),
+            Response::WrongVersion { current, message } => {
+                Err(Error::WrongExpectedVersion { current, message: message.to_string() })
+            }
             r => Ok(r),
         }
     }
@@ -403,7 +428,7 @@ impl Conn {
         Ok(Conn { tx, info })
     }
 
-    async fn call(&self, frame: Vec<u8>, timeout: Duration) -> Result<Reply, Error> {
+    pub(crate) async fn call(&self, frame: Vec<u8>, timeout: Duration) -> Result<Reply, Error> {
         let rx = self.send(frame).await?;
         answer(rx, timeout).await
     }
@@ -428,6 +453,10 @@ pub(crate) async fn answer(rx: oneshot::Receiver<Result<Reply, Error>>, timeout:
 /// from many tasks.
 #[derive(Clone)]
 pub struct Client {
+    /// The client addresses as given (for clients of other shards, `for_shard`).
+    pub(crate) given: Arc<String>,
+    /// Clients of other shards' direct ports, made on first use.
+    pub(crate) by_shard: Arc<std::sync::Mutex<std::collections::HashMap<u16, Client>>>,
     addrs: Arc<Vec<String>>,
     /// Index into `addrs` of the node to try next when the connection must change.
     next: Arc<AtomicUsize>,
@@ -437,7 +466,7 @@ pub struct Client {
     pub(crate) cfg: ClientConfig,
     /// Connected to the direct ports of this shard (`connect_shard`): a leader named by
     /// `NotLeader` (a client address) is reached on its direct port for the shard too.
-    shard: Option<u16>,
+    pub(crate) shard: Option<u16>,
 }
 
 /// `"A,B"` → `["A", "B"]`.
@@ -458,6 +487,8 @@ impl Client {
             return Err(Error::Unreachable(format!("no address in {given:?}")));
         }
         let c = Client {
+            given: Arc::new(given.to_string()),
+            by_shard: Default::default(),
             addrs: Arc::new(addrs),
             next: Arc::new(AtomicUsize::new(0)),
             hint: Default::default(),
@@ -558,6 +589,16 @@ impl Client {
         }
         let mut frame = Vec::with_capacity(payload.len() + codec::FRAME_HEADER_LEN);
         codec::encode_append(0, payload, &mut frame);
+        let reply = self.submit(frame).await?;
+        match reply.response()? {
+            Response::Appended { shard, offset } => Ok(Position { shard, offset }),
+            _ => Err(Error::Protocol("expected Appended".into())),
+        }
+    }
+
+    /// Sends an append frame and returns its successful answer, following leadership
+    /// while nothing was written (see the module docs).
+    pub(crate) async fn submit(&self, frame: Vec<u8>) -> Result<Reply, Error> {
         let give_up = Instant::now() + self.cfg.failover_timeout;
         let mut backoff = Duration::from_millis(20);
         loop {
@@ -569,9 +610,8 @@ impl Client {
             let err = match conn {
                 Err(e) => e,
                 Ok(conn) => match conn.call(frame.clone(), self.cfg.request_timeout).await {
-                    Ok(reply) => match reply.response() {
-                        Ok(Response::Appended { shard, offset }) => return Ok(Position { shard, offset }),
-                        Ok(_) => return Err(Error::Protocol("expected Appended".into())),
+                    Ok(reply) => match reply.response().map(|_| ()) {
+                        Ok(()) => return Ok(reply),
                         Err(e) if e.code() == Some(ErrorCode::NotLeader) => {
                             let to = match &e {
                                 Error::Server { message, .. } if !message.is_empty() => Some(message.clone()),
@@ -631,11 +671,17 @@ pub fn shard_addr(addr: &str, shard: u16) -> Result<String, Error> {
     Ok(format!("{host}:{p}"))
 }
 
-fn to_records(buf: &[u8]) -> Result<Vec<Record>, Error> {
+pub(crate) fn to_records(buf: &[u8]) -> Result<Vec<Record>, Error> {
     Records::new(buf)
         .map(|r| {
-            r.map(|r| Record { offset: r.offset, epoch: r.epoch, producer: r.producer, payload: r.payload.to_vec() })
-                .map_err(|e| Error::Protocol(format!("bad record from server: {e}")))
+            r.map(|r| Record {
+                offset: r.offset,
+                epoch: r.epoch,
+                producer: r.producer,
+                stream: r.stream.map(|s| StreamVersion { name: s.name.to_string(), version: s.version }),
+                payload: r.payload.to_vec(),
+            })
+            .map_err(|e| Error::Protocol(format!("bad record from server: {e}")))
         })
         .collect()
 }

@@ -8,10 +8,11 @@
 
 use std::fmt;
 
-pub use crate::record::ProducerSeq;
+pub use crate::record::{ProducerSeq, MAX_STREAM_NAME};
 
 /// Client protocol version carried in `Hello`: the newest this build speaks. Version 2
-/// adds `Append2` (idempotent appends: producer id + sequence) and `Appended2`; a
+/// adds `Append2` (idempotent appends: producer id + sequence; streams with an expected
+/// version), `Appended2`, `ReadStream` and `StreamRecords`; a
 /// server speaks every version from `MIN_PROTOCOL_VERSION` up and answers `HelloOk` with
 /// the version the client asked for.
 pub const PROTOCOL_VERSION: u16 = 2;
@@ -38,12 +39,25 @@ pub const MAX_FRAME: usize = MAX_REPL_BATCH_BYTES + 64;
 /// request, with the largest `Append2` header). The client port refuses anything
 /// announcing more, unread.
 pub const MAX_REQUEST_FRAME: usize = FRAME_HEADER_LEN + APPEND2_MAX_HEADER + MAX_PAYLOAD;
-/// `Append2` body before the payload: flags, then producer id and sequence.
-pub const APPEND2_MAX_HEADER: usize = 1 + 16;
+/// `Append2` body before the payload: flags, producer id and sequence, stream name
+/// length, the longest valid name, expected-version kind and value.
+pub const APPEND2_MAX_HEADER: usize = 1 + 16 + 2 + MAX_STREAM_NAME + 9;
 /// `Append2` flag bit: producer id and sequence follow.
 pub const APPEND_FLAG_PRODUCER: u8 = 0x01;
+/// `Append2` flag bit: a stream name and an expected version follow (after the producer).
+pub const APPEND_FLAG_STREAM: u8 = 0x02;
 /// `Appended2` flag bit: the sequence was written before; this is its original position.
 pub const APPENDED_FLAG_DUPLICATE: u8 = 0x01;
+/// `Appended2` flag bit: the event's stream version follows.
+pub const APPENDED_FLAG_VERSION: u8 = 0x02;
+/// Most events one `ReadStream` may ask for.
+pub const MAX_READ_COUNT: u32 = 10_000;
+/// Expected-version kinds in `Append2` (docs/protocol.md §4).
+pub const EXPECT_ANY: u8 = 0;
+pub const EXPECT_NO_STREAM: u8 = 1;
+pub const EXPECT_EXACT: u8 = 2;
+/// `current` in a `WrongExpectedVersion` error when the stream has no event.
+pub const NO_STREAM_VERSION: u64 = u64::MAX;
 const _: () = assert!(MAX_REQUEST_FRAME <= MAX_FRAME);
 
 /// Operation codes. Requests < 0x80 ≤ responses; replication frames 0x10..0x1F / 0x90..0x9F.
@@ -53,6 +67,7 @@ pub mod op {
     pub const READ: u8 = 0x03;
     pub const TAIL: u8 = 0x04;
     pub const APPEND2: u8 = 0x05;
+    pub const READ_STREAM: u8 = 0x06;
     pub const REPL_HELLO: u8 = 0x10;
     pub const REPL_ACK: u8 = 0x11;
     pub const REPL_JOINED: u8 = 0x12;
@@ -61,6 +76,7 @@ pub mod op {
     pub const APPENDED: u8 = 0x82;
     pub const RECORDS: u8 = 0x83;
     pub const APPENDED2: u8 = 0x84;
+    pub const STREAM_RECORDS: u8 = 0x85;
     pub const REPL_WELCOME: u8 = 0x90;
     pub const REPL_BATCH: u8 = 0x91;
     pub const ERROR: u8 = 0xFF;
@@ -105,6 +121,15 @@ pub enum ErrorCode {
     /// Idempotent append: this sequence was written, but so long ago that its position is
     /// no longer remembered. Nothing new was written.
     StaleSequence = 20,
+    /// Stream append: the stream is not at the expected version. Nothing was written;
+    /// the frame carries the stream's current version.
+    WrongExpectedVersion = 21,
+    /// Stream request on a connection of a shard that does not hold the stream. Nothing
+    /// was written; the message names the shard (reach it on its direct port).
+    WrongShard = 22,
+    /// A well-formed frame with a bad field (a stream name that is empty, too long or not
+    /// UTF-8; an unknown expected-version kind). Nothing was done; the connection stays.
+    BadRequest = 23,
 }
 
 impl ErrorCode {
@@ -131,6 +156,9 @@ impl ErrorCode {
             18 => SequenceGap,
             19 => UnknownProducer,
             20 => StaleSequence,
+            21 => WrongExpectedVersion,
+            22 => WrongShard,
+            23 => BadRequest,
             _ => return None,
         })
     }
@@ -289,10 +317,20 @@ pub enum Request<'a> {
     Append {
         payload: &'a [u8],
     },
-    /// Version 2: an append that may carry a producer id and sequence (idempotent).
+    /// Version 2: an append that may carry a producer id and sequence (idempotent) and
+    /// a stream with an expected version.
     Append2 {
         producer: Option<ProducerSeq>,
+        stream: Option<StreamReq<'a>>,
         payload: &'a [u8],
+    },
+    /// Version 2: events of one stream from `from_version`, at most `max_count` (≤
+    /// `MAX_READ_COUNT`) and about `max_bytes`.
+    ReadStream {
+        name: &'a [u8],
+        from_version: u64,
+        max_count: u32,
+        max_bytes: u32,
     },
     Read {
         shard: u16,
@@ -321,7 +359,7 @@ impl<'a> Request<'a> {
             }
             op::APPEND2 => {
                 let flags = b.u8()?;
-                if flags & !APPEND_FLAG_PRODUCER != 0 {
+                if flags & !(APPEND_FLAG_PRODUCER | APPEND_FLAG_STREAM) != 0 {
                     return Err(CodecError::BadBody { op: f.op, reason: "unknown Append2 flags" });
                 }
                 let producer = if flags & APPEND_FLAG_PRODUCER != 0 {
@@ -329,10 +367,21 @@ impl<'a> Request<'a> {
                 } else {
                     None
                 };
+                let stream = if flags & APPEND_FLAG_STREAM != 0 {
+                    let n = b.u16()? as usize;
+                    Some(StreamReq { name: b.take(n)?, expect_kind: b.u8()?, expected: b.u64()? })
+                } else {
+                    None
+                };
                 if b.rest.len() > MAX_PAYLOAD {
                     return Err(CodecError::PayloadTooLarge(b.rest.len()));
                 }
-                return Ok(Request::Append2 { producer, payload: b.rest });
+                return Ok(Request::Append2 { producer, stream, payload: b.rest });
+            }
+            op::READ_STREAM => {
+                let n = b.u16()? as usize;
+                let name = b.take(n)?;
+                Request::ReadStream { name, from_version: b.u64()?, max_count: b.u32()?, max_bytes: b.u32()? }
             }
             op::READ => Request::Read { shard: b.u16()?, from: b.u64()?, max_bytes: b.u32()? },
             op::TAIL => Request::Tail { shard: b.u16()?, from: b.u64()? },
@@ -351,7 +400,16 @@ impl<'a> Request<'a> {
                 finish_frame(out, at);
             }
             Request::Append { payload } => encode_append(req_id, payload, out),
-            Request::Append2 { producer, payload } => encode_append2(req_id, *producer, payload, out),
+            Request::Append2 { producer, stream, payload } => encode_append2(req_id, *producer, *stream, payload, out),
+            Request::ReadStream { name, from_version, max_count, max_bytes } => {
+                let at = begin_frame(out, op::READ_STREAM, req_id);
+                out.extend_from_slice(&(name.len() as u16).to_le_bytes());
+                out.extend_from_slice(name);
+                out.extend_from_slice(&from_version.to_le_bytes());
+                out.extend_from_slice(&max_count.to_le_bytes());
+                out.extend_from_slice(&max_bytes.to_le_bytes());
+                finish_frame(out, at);
+            }
             Request::Read { shard, from, max_bytes } => {
                 let at = begin_frame(out, op::READ, req_id);
                 out.extend_from_slice(&shard.to_le_bytes());
@@ -378,19 +436,119 @@ pub fn encode_append(req_id: u64, payload: &[u8], out: &mut Vec<u8>) {
 }
 
 /// The encoder for version-2 appends.
-pub fn encode_append2(req_id: u64, producer: Option<ProducerSeq>, payload: &[u8], out: &mut Vec<u8>) {
+pub fn encode_append2(
+    req_id: u64,
+    producer: Option<ProducerSeq>,
+    stream: Option<StreamReq<'_>>,
+    payload: &[u8],
+    out: &mut Vec<u8>,
+) {
     assert!(payload.len() <= MAX_PAYLOAD, "payload above MAX_PAYLOAD");
     let at = begin_frame(out, op::APPEND2, req_id);
-    match producer {
-        None => out.push(0),
-        Some(p) => {
-            out.push(APPEND_FLAG_PRODUCER);
-            out.extend_from_slice(&p.id.to_le_bytes());
-            out.extend_from_slice(&p.seq.to_le_bytes());
-        }
+    out.push(producer.map_or(0, |_| APPEND_FLAG_PRODUCER) | stream.map_or(0, |_| APPEND_FLAG_STREAM));
+    if let Some(p) = producer {
+        out.extend_from_slice(&p.id.to_le_bytes());
+        out.extend_from_slice(&p.seq.to_le_bytes());
+    }
+    if let Some(s) = stream {
+        assert!(s.name.len() <= u16::MAX as usize, "stream name above the wire's bound");
+        out.extend_from_slice(&(s.name.len() as u16).to_le_bytes());
+        out.extend_from_slice(s.name);
+        out.push(s.expect_kind);
+        out.extend_from_slice(&s.expected.to_le_bytes());
     }
     out.extend_from_slice(payload);
     finish_frame(out, at);
+}
+
+/// What a stream append expects of the stream's current version (its last event's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expect {
+    /// Whatever the stream holds (also none).
+    Any,
+    /// The stream has no event yet.
+    NoStream,
+    /// The stream's last event has this version.
+    Exact(u64),
+}
+
+impl Expect {
+    pub fn kind(self) -> (u8, u64) {
+        match self {
+            Expect::Any => (EXPECT_ANY, 0),
+            Expect::NoStream => (EXPECT_NO_STREAM, 0),
+            Expect::Exact(v) => (EXPECT_EXACT, v),
+        }
+    }
+    /// Whether a stream whose last version is `current` (None: no event) meets it.
+    pub fn met_by(self, current: Option<u64>) -> bool {
+        match self {
+            Expect::Any => true,
+            Expect::NoStream => current.is_none(),
+            Expect::Exact(v) => current == Some(v),
+        }
+    }
+}
+
+impl std::str::FromStr for Expect {
+    type Err = String;
+    /// `any`, `none` (no stream yet) or a version number.
+    fn from_str(s: &str) -> Result<Expect, String> {
+        match s {
+            "any" => Ok(Expect::Any),
+            "none" | "no-stream" => Ok(Expect::NoStream),
+            v => {
+                v.parse().map(Expect::Exact).map_err(|_| format!("expected version {s:?}: give any, none or a number"))
+            }
+        }
+    }
+}
+
+impl fmt::Display for Expect {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Expect::Any => write!(f, "any"),
+            Expect::NoStream => write!(f, "none"),
+            Expect::Exact(v) => write!(f, "{v}"),
+        }
+    }
+}
+
+/// The stream part of an `Append2`, as on the wire: checked by the server (name 1..=255
+/// bytes of UTF-8, a known expect kind), so that a bad field is answered `BadRequest`
+/// without ending the connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamReq<'a> {
+    pub name: &'a [u8],
+    pub expect_kind: u8,
+    pub expected: u64,
+}
+
+impl<'a> StreamReq<'a> {
+    pub fn new(name: &'a str, expect: Expect) -> StreamReq<'a> {
+        let (expect_kind, expected) = expect.kind();
+        StreamReq { name: name.as_bytes(), expect_kind, expected }
+    }
+    pub fn expect(&self) -> Result<Expect, String> {
+        match self.expect_kind {
+            EXPECT_ANY => Ok(Expect::Any),
+            EXPECT_NO_STREAM => Ok(Expect::NoStream),
+            EXPECT_EXACT => Ok(Expect::Exact(self.expected)),
+            k => Err(format!("unknown expected-version kind {k} (0 any, 1 no stream, 2 exact)")),
+        }
+    }
+}
+
+/// The shard that holds a stream: FNV-1a (64-bit) of the name's bytes modulo the
+/// node's shard count (docs/protocol.md §4). Every node of a pair has the same count.
+pub fn stream_shard(name: &[u8], shard_count: u16) -> u16 {
+    assert!(shard_count > 0, "a node has at least one shard");
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in name {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    (h % shard_count as u64) as u16
 }
 
 /// The role a node reports in `HelloOk`.
@@ -442,6 +600,24 @@ pub enum Response<'a> {
         shard: u16,
         offset: u64,
         duplicate: bool,
+        /// The event's version in its stream (appends that named one).
+        version: Option<u64>,
+    },
+    /// Answer to `ReadStream`: `count` events of the stream in the record encoding, in
+    /// version order; `next_version` follows the last one; `end_version` is the number
+    /// of committed events the stream holds (read on while `next_version` is below it).
+    StreamRecords {
+        shard: u16,
+        next_version: u64,
+        end_version: u64,
+        count: u32,
+        records: &'a [u8],
+    },
+    /// `Error` with code `WrongExpectedVersion`: the stream's current version (its last
+    /// event's; `None`: no event) follows the message.
+    WrongVersion {
+        current: Option<u64>,
+        message: &'a str,
     },
     /// `records` holds `count` records in the on-disk record encoding (see `record`).
     Records {
@@ -470,10 +646,18 @@ impl<'a> Response<'a> {
             op::APPENDED => Response::Appended { shard: b.u16()?, offset: b.u64()? },
             op::APPENDED2 => {
                 let (shard, offset, flags) = (b.u16()?, b.u64()?, b.u8()?);
-                if flags & !APPENDED_FLAG_DUPLICATE != 0 {
+                if flags & !(APPENDED_FLAG_DUPLICATE | APPENDED_FLAG_VERSION) != 0 {
                     return Err(CodecError::BadBody { op: f.op, reason: "unknown Appended2 flags" });
                 }
-                Response::Appended2 { shard, offset, duplicate: flags & APPENDED_FLAG_DUPLICATE != 0 }
+                let version = if flags & APPENDED_FLAG_VERSION != 0 { Some(b.u64()?) } else { None };
+                Response::Appended2 { shard, offset, duplicate: flags & APPENDED_FLAG_DUPLICATE != 0, version }
+            }
+            op::STREAM_RECORDS => {
+                let shard = b.u16()?;
+                let next_version = b.u64()?;
+                let end_version = b.u64()?;
+                let count = b.u32()?;
+                return Ok(Response::StreamRecords { shard, next_version, end_version, count, records: b.rest });
             }
             op::RECORDS => {
                 let shard = b.u16()?;
@@ -482,7 +666,13 @@ impl<'a> Response<'a> {
                 let records = b.rest;
                 return Ok(Response::Records { shard, next_offset, count, records });
             }
-            op::ERROR => parse_error(&mut b)?,
+            op::ERROR => match parse_error(&mut b)? {
+                Response::Error { code, message } if code == ErrorCode::WrongExpectedVersion as u16 => {
+                    let v = b.u64()?;
+                    Response::WrongVersion { current: (v != NO_STREAM_VERSION).then_some(v), message }
+                }
+                r => r,
+            },
             o => return Err(CodecError::UnknownOpcode(o)),
         };
         b.end()?;
@@ -501,9 +691,19 @@ impl<'a> Response<'a> {
                 finish_frame(out, at);
             }
             Response::Appended { shard, offset } => encode_appended(req_id, *shard, *offset, out),
-            Response::Appended2 { shard, offset, duplicate } => {
-                encode_appended2(req_id, *shard, *offset, *duplicate, out)
+            Response::Appended2 { shard, offset, duplicate, version } => {
+                encode_appended2(req_id, *shard, *offset, *duplicate, *version, out)
             }
+            Response::StreamRecords { shard, next_version, end_version, count, records } => {
+                let at = begin_frame(out, op::STREAM_RECORDS, req_id);
+                out.extend_from_slice(&shard.to_le_bytes());
+                out.extend_from_slice(&next_version.to_le_bytes());
+                out.extend_from_slice(&end_version.to_le_bytes());
+                out.extend_from_slice(&count.to_le_bytes());
+                out.extend_from_slice(records);
+                finish_frame(out, at);
+            }
+            Response::WrongVersion { current, message } => encode_wrong_version(req_id, *current, message, out),
             Response::Records { shard, next_offset, count, records } => {
                 let at = begin_frame(out, op::RECORDS, req_id);
                 out.extend_from_slice(&shard.to_le_bytes());
@@ -526,16 +726,39 @@ pub fn encode_appended(req_id: u64, shard: u16, offset: u64, out: &mut Vec<u8>) 
 }
 
 /// The encoder for `Append2` acknowledgements.
-pub fn encode_appended2(req_id: u64, shard: u16, offset: u64, duplicate: bool, out: &mut Vec<u8>) {
+pub fn encode_appended2(
+    req_id: u64,
+    shard: u16,
+    offset: u64,
+    duplicate: bool,
+    version: Option<u64>,
+    out: &mut Vec<u8>,
+) {
     let at = begin_frame(out, op::APPENDED2, req_id);
     out.extend_from_slice(&shard.to_le_bytes());
     out.extend_from_slice(&offset.to_le_bytes());
-    out.push(if duplicate { APPENDED_FLAG_DUPLICATE } else { 0 });
+    let flags = if duplicate { APPENDED_FLAG_DUPLICATE } else { 0 } | version.map_or(0, |_| APPENDED_FLAG_VERSION);
+    out.push(flags);
+    if let Some(v) = version {
+        out.extend_from_slice(&v.to_le_bytes());
+    }
     finish_frame(out, at);
 }
 
 /// Error frame; the message is cut to 1 KiB on a char boundary.
 pub fn encode_error(req_id: u64, code: u16, message: &str, out: &mut Vec<u8>) {
+    let at = begin_error(req_id, code, message, out);
+    finish_frame(out, at);
+}
+
+/// `WrongExpectedVersion` error frame: an error frame followed by the current version.
+pub fn encode_wrong_version(req_id: u64, current: Option<u64>, message: &str, out: &mut Vec<u8>) {
+    let at = begin_error(req_id, ErrorCode::WrongExpectedVersion as u16, message, out);
+    out.extend_from_slice(&current.unwrap_or(NO_STREAM_VERSION).to_le_bytes());
+    finish_frame(out, at);
+}
+
+fn begin_error(req_id: u64, code: u16, message: &str, out: &mut Vec<u8>) -> usize {
     let mut end = message.len().min(1024);
     while !message.is_char_boundary(end) {
         end -= 1;
@@ -545,7 +768,7 @@ pub fn encode_error(req_id: u64, code: u16, message: &str, out: &mut Vec<u8>) {
     out.extend_from_slice(&code.to_le_bytes());
     out.extend_from_slice(&(msg.len() as u16).to_le_bytes());
     out.extend_from_slice(msg);
-    finish_frame(out, at);
+    at
 }
 
 fn parse_error<'a, T>(b: &mut Body<'a>) -> Result<T, CodecError>
@@ -729,8 +952,23 @@ mod tests {
         roundtrip_req(Request::Hello { version: PROTOCOL_VERSION });
         roundtrip_req(Request::Append { payload: b"Hello World" });
         roundtrip_req(Request::Append { payload: &[] });
-        roundtrip_req(Request::Append2 { producer: None, payload: b"x" });
-        roundtrip_req(Request::Append2 { producer: Some(ProducerSeq { id: u64::MAX, seq: 7 }), payload: &[] });
+        roundtrip_req(Request::Append2 { producer: None, stream: None, payload: b"x" });
+        roundtrip_req(Request::Append2 {
+            producer: Some(ProducerSeq { id: u64::MAX, seq: 7 }),
+            stream: None,
+            payload: &[],
+        });
+        roundtrip_req(Request::Append2 {
+            producer: Some(ProducerSeq { id: 1, seq: 2 }),
+            stream: Some(StreamReq::new("order-42", Expect::Exact(3))),
+            payload: b"paid",
+        });
+        roundtrip_req(Request::Append2 {
+            producer: None,
+            stream: Some(StreamReq { name: &[0xff; 300], expect_kind: 9, expected: 1 }),
+            payload: b"",
+        });
+        roundtrip_req(Request::ReadStream { name: b"order-42", from_version: 5, max_count: 10, max_bytes: 4096 });
         roundtrip_req(Request::Read { shard: 3, from: 99, max_bytes: 4096 });
         roundtrip_req(Request::Tail { shard: 1, from: u64::MAX });
     }
@@ -740,8 +978,12 @@ mod tests {
         let rs = [
             Response::HelloOk { version: 1, shard: 2, shard_count: 4, role: Role::Follower, epoch: 9 },
             Response::Appended { shard: 1, offset: 1 << 40 },
-            Response::Appended2 { shard: 1, offset: 9, duplicate: true },
-            Response::Appended2 { shard: 0, offset: 0, duplicate: false },
+            Response::Appended2 { shard: 1, offset: 9, duplicate: true, version: None },
+            Response::Appended2 { shard: 0, offset: 0, duplicate: false, version: Some(0) },
+            Response::Appended2 { shard: 0, offset: 7, duplicate: true, version: Some(u64::MAX - 1) },
+            Response::StreamRecords { shard: 1, next_version: 9, end_version: 12, count: 0, records: &[] },
+            Response::WrongVersion { current: Some(4), message: "stream at 4" },
+            Response::WrongVersion { current: None, message: "no stream" },
             Response::Records { shard: 0, next_offset: 5, count: 0, records: &[] },
             Response::Error { code: ErrorCode::NotLeader as u16, message: "127.0.0.1:9400" },
         ];
@@ -808,8 +1050,8 @@ mod tests {
         assert_eq!(Request::parse(&f), Err(CodecError::PayloadTooLarge(MAX_PAYLOAD + 1)));
         // Append2: unknown flags, a producer header cut short, the largest one fits.
         let mut out = Vec::new();
-        encode_append2(0, None, b"p", &mut out);
-        out[FRAME_HEADER_LEN] = 0x02;
+        encode_append2(0, None, None, b"p", &mut out);
+        out[FRAME_HEADER_LEN] = 0x04;
         let (f, _) = decode_frame(&out).unwrap().unwrap();
         assert!(matches!(Request::parse(&f), Err(CodecError::BadBody { reason: "unknown Append2 flags", .. })));
         let mut out = Vec::new();
@@ -819,7 +1061,9 @@ mod tests {
         let (f, _) = decode_frame(&out).unwrap().unwrap();
         assert!(matches!(Request::parse(&f), Err(CodecError::BadBody { reason: "body truncated", .. })));
         let mut out = Vec::new();
-        encode_append2(0, Some(ProducerSeq { id: 1, seq: 2 }), &vec![0u8; MAX_PAYLOAD], &mut out);
+        let name = "n".repeat(MAX_STREAM_NAME);
+        let st = Some(StreamReq::new(&name, Expect::NoStream));
+        encode_append2(0, Some(ProducerSeq { id: 1, seq: 2 }), st, &vec![0u8; MAX_PAYLOAD], &mut out);
         assert_eq!(out.len(), MAX_REQUEST_FRAME);
         assert!(decode_frame_max(&out, MAX_REQUEST_FRAME).unwrap().is_some());
     }
@@ -835,26 +1079,43 @@ mod tests {
             let n = if rng.gen_bool(0.05) { MAX_PAYLOAD } else { rng.gen_range(0..300) };
             let payload: Vec<u8> = (0..n).map(|_| rng.gen()).collect();
             let producer = rng.gen_bool(0.7).then(|| ProducerSeq { id: rng.gen(), seq: rng.gen() });
+            let name_len = if rng.gen_bool(0.1) { MAX_STREAM_NAME } else { rng.gen_range(1..40) };
+            let name: String = (0..name_len).map(|_| rng.gen_range(b'a'..=b'z') as char).collect();
+            let expect = match rng.gen_range(0..3) {
+                0 => Expect::Any,
+                1 => Expect::NoStream,
+                _ => Expect::Exact(rng.gen()),
+            };
+            let stream = rng.gen_bool(0.5).then(|| StreamReq::new(&name, expect));
             let req_id = rng.gen();
             let mut out = Vec::new();
-            Request::Append2 { producer, payload: &payload }.encode(req_id, &mut out);
+            Request::Append2 { producer, stream, payload: &payload }.encode(req_id, &mut out);
             let (f, used) = decode_frame_max(&out, MAX_REQUEST_FRAME).unwrap().unwrap();
             assert_eq!((used, f.req_id), (out.len(), req_id));
-            assert_eq!(Request::parse(&f).unwrap(), Request::Append2 { producer, payload: &payload });
-            let r = Response::Appended2 { shard: rng.gen(), offset: rng.gen(), duplicate: rng.gen() };
+            let parsed = Request::parse(&f).unwrap();
+            assert_eq!(parsed, Request::Append2 { producer, stream, payload: &payload });
+            if let Request::Append2 { stream: Some(s), .. } = parsed {
+                assert_eq!(s.expect(), Ok(expect));
+            }
+            let version = rng.gen_bool(0.5).then(|| rng.gen());
+            let r = Response::Appended2 { shard: rng.gen(), offset: rng.gen(), duplicate: rng.gen(), version };
             let mut out = Vec::new();
             r.encode(req_id, &mut out);
             let (f, _) = decode_frame(&out).unwrap().unwrap();
             assert_eq!(Response::parse(&f).unwrap(), r);
             let (offset, epoch) = (rng.gen(), rng.gen());
+            let ext = crate::record::Ext {
+                producer,
+                stream: stream.map(|_| crate::record::StreamPos { name: &name, version: rng.gen() }),
+            };
             let mut rec = Vec::new();
-            crate::record::encode_ex(offset, epoch, producer, &payload, &mut rec);
+            crate::record::encode_ex(offset, epoch, ext, &payload, &mut rec);
             let (got, len) = crate::record::decode(&rec).unwrap();
             assert_eq!(
-                (got.offset, got.epoch, got.producer, got.payload, len),
-                (offset, epoch, producer, &payload[..], rec.len())
+                (got.offset, got.epoch, got.ext(), got.payload, len),
+                (offset, epoch, ext, &payload[..], rec.len())
             );
-            assert_eq!(crate::record::peek(&rec).unwrap(), (offset, producer, rec.len()));
+            assert_eq!(crate::record::peek(&rec).unwrap(), (offset, ext, rec.len()));
             // Any single flipped byte is caught (CRC, or a shape check first).
             let at = rng.gen_range(0..rec.len());
             rec[at] ^= 1 << rng.gen_range(0..8);

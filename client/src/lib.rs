@@ -5,13 +5,16 @@
 //! - [`tls`]: PEM loading and rustls configs.
 //! - [`Client`] / [`Tail`]: the tokio client an application uses.
 //! - [`Producer`]: idempotent appends (never stored twice; unknown outcomes sent again).
+//! - [`Client::append_to`] / [`Client::read_stream`]: streams with expected versions.
 
 mod client;
 pub mod codec;
 pub mod producer;
 pub mod record;
+mod streams;
 pub mod tls;
 
-pub use client::{shard_addr, Client, ClientConfig, Error, Outcome, Position, Record, ServerInfo, Tail};
-pub use codec::{ErrorCode, ProducerSeq, Role};
+pub use client::{shard_addr, Client, ClientConfig, Error, Outcome, Position, Record, ServerInfo, StreamVersion, Tail};
+pub use codec::{ErrorCode, Expect, ProducerSeq, Role};
 pub use producer::{Appended, Producer};
+pub use streams::{StreamAppended, StreamRead};

@@ -32,6 +32,14 @@
 //! again). An append that fails for good — the budget spent, or an
 //! error that is not retried — stops the producer: later sequences could never follow it,
 //! so every later call fails with [`Error::ProducerStopped`]; start a new producer.
+//!
+//! Streams: [`Producer::append_to`] appends to a stream of the producer's shard
+//! ([`Producer::connect_for_stream`] picks the shard of a stream). With `Expect::Any` it
+//! pipelines like `append`. A conditional append (`NoStream`, `Exact`) goes alone — sent
+//! when nothing else of the producer is in flight, and nothing new is sent until it is
+//! answered — so that a `WrongExpectedVersion` refusal (nothing written) hands its
+//! sequence back and the producer goes on; a retry of a conditional append that was
+//! written is answered as a duplicate with its original position and version.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -43,7 +51,7 @@ use std::sync::atomic::AtomicU64;
 use tokio::sync::{oneshot, Mutex, Notify};
 
 use crate::client::{answer, Client, ClientConfig, Conn, Error, Position, Reply};
-use crate::codec::{self, ErrorCode, ProducerSeq, Response};
+use crate::codec::{self, ErrorCode, Expect, ProducerSeq, Response, StreamReq};
 
 /// Appends of one producer in flight at most: the positions a shard remembers per producer.
 pub const WINDOW: usize = 64;
@@ -55,6 +63,8 @@ pub struct Appended {
     pub sequence: u64,
     /// The shard had it already (an earlier attempt was written): `position` is that one's.
     pub duplicate: bool,
+    /// The event's version in its stream (`append_to`).
+    pub version: Option<u64>,
 }
 
 /// Sequences handed out and not yet settled.
@@ -66,6 +76,8 @@ struct Seqs {
     /// any does, no new sequence is sent: it would only be refused (`SequenceGap`) behind
     /// them and join the queue, and the producer would never get back to pipelining.
     failed: BTreeSet<u64>,
+    /// A conditional stream append is in flight: nothing else is sent meanwhile.
+    exclusive: bool,
 }
 
 type Sent = Result<(Arc<Conn>, oneshot::Receiver<Result<Reply, Error>>), Error>;
@@ -103,11 +115,23 @@ impl Producer {
             client,
             id,
             shard,
-            seqs: Mutex::new(Seqs { next: next_seq, pending: BTreeSet::new(), failed: BTreeSet::new() }),
+            seqs: Mutex::new(Seqs {
+                next: next_seq,
+                pending: BTreeSet::new(),
+                failed: BTreeSet::new(),
+                exclusive: false,
+            }),
             turn: Notify::new(),
             stopped: AtomicBool::new(false),
             retries: AtomicU64::new(0),
         })
+    }
+
+    /// A new producer for the shard that holds `stream`.
+    pub async fn connect_for_stream(addrs: &str, cfg: &ClientConfig, stream: &str) -> Result<Producer, Error> {
+        crate::record::check_stream_name(stream.as_bytes()).map_err(Error::Protocol)?;
+        let count = Client::connect(addrs, cfg).await?.info().await.shard_count;
+        Producer::connect(addrs, cfg, codec::stream_shard(stream.as_bytes(), count.max(1))).await
     }
 
     pub fn id(&self) -> u64 {
@@ -125,9 +149,29 @@ impl Producer {
 
     /// Appends `payload` once: returns its position when durable on every replica.
     pub async fn append(&self, payload: &[u8]) -> Result<Appended, Error> {
+        self.append_ex(None, payload).await
+    }
+
+    /// Appends `payload` once to `stream` (which must live on this producer's shard) if
+    /// the stream meets `expect`. `Error::WrongExpectedVersion` leaves the producer usable.
+    pub async fn append_to(&self, stream: &str, expect: Expect, payload: &[u8]) -> Result<Appended, Error> {
+        crate::record::check_stream_name(stream.as_bytes()).map_err(Error::Protocol)?;
+        let count = self.client.info().await.shard_count.max(1);
+        let home = codec::stream_shard(stream.as_bytes(), count);
+        if home != self.shard {
+            return Err(Error::Protocol(format!(
+                "stream {stream:?} lives on shard {home}; this producer appends to shard {}",
+                self.shard
+            )));
+        }
+        self.append_ex(Some(StreamReq::new(stream, expect)), payload).await
+    }
+
+    async fn append_ex(&self, stream: Option<StreamReq<'_>>, payload: &[u8]) -> Result<Appended, Error> {
         if payload.len() > codec::MAX_PAYLOAD {
             return Err(Error::Codec(codec::CodecError::PayloadTooLarge(payload.len())));
         }
+        let exclusive = stream.is_some_and(|s| s.expect() != Ok(Expect::Any));
         // Sequence numbers and first sends in the same order, under one lock; a new
         // sequence only within `WINDOW` of the lowest unsettled one, whose position the
         // shard must still remember if it is a duplicate.
@@ -139,7 +183,8 @@ impl Producer {
             if self.stopped.load(Ordering::Acquire) {
                 return Err(self.stopped_error());
             }
-            if !g.failed.is_empty() || g.pending.first().is_some_and(|&low| g.next - low >= WINDOW as u64) {
+            let busy = g.exclusive || (exclusive && !g.pending.is_empty());
+            if busy || !g.failed.is_empty() || g.pending.first().is_some_and(|&low| g.next - low >= WINDOW as u64) {
                 drop(g);
                 notified.await;
                 continue;
@@ -147,18 +192,25 @@ impl Producer {
             let seq = g.next;
             g.next += 1;
             g.pending.insert(seq);
+            g.exclusive = exclusive;
             let mut frame = Vec::with_capacity(payload.len() + codec::FRAME_HEADER_LEN + codec::APPEND2_MAX_HEADER);
-            codec::encode_append2(0, Some(ProducerSeq { id: self.id, seq }), payload, &mut frame);
+            codec::encode_append2(0, Some(ProducerSeq { id: self.id, seq }), stream, payload, &mut frame);
             let first = self.send(&frame).await;
             break (seq, frame, first);
         };
         let r = self.complete(seq, &frame, first).await;
-        if r.is_err() {
-            self.stopped.store(true, Ordering::Release);
-        }
         let mut g = self.seqs.lock().await;
+        match &r {
+            // Nothing was written and nothing else was sent since: the sequence is free.
+            Err(Error::WrongExpectedVersion { .. }) if exclusive && g.next == seq + 1 => g.next = seq,
+            Err(_) => self.stopped.store(true, Ordering::Release),
+            Ok(_) => {}
+        }
         g.pending.remove(&seq);
         g.failed.remove(&seq);
+        if exclusive {
+            g.exclusive = false;
+        }
         drop(g);
         self.turn.notify_waiters();
         r
@@ -182,8 +234,8 @@ impl Producer {
             let (conn, err) = match sent {
                 Err(e) => (None, e),
                 Ok((conn, rx)) => match answer(rx, timeout).await.and_then(|r| match r.response()? {
-                    Response::Appended2 { shard, offset, duplicate } => {
-                        Ok(Appended { position: Position { shard, offset }, sequence: seq, duplicate })
+                    Response::Appended2 { shard, offset, duplicate, version } => {
+                        Ok(Appended { position: Position { shard, offset }, sequence: seq, duplicate, version })
                     }
                     _ => Err(Error::Protocol("expected Appended2".into())),
                 }) {

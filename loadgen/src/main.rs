@@ -58,6 +58,19 @@ struct Common {
     /// append), to measure what the server's deduplication costs.
     #[arg(long)]
     idempotent: bool,
+    /// Append to this many streams (names s0, s1, …; expected version any): each
+    /// connection appends to the streams of the shard it is connected to. 0: plain appends.
+    #[arg(long, default_value_t = 0)]
+    streams: u32,
+    /// How each append picks its stream among its shard's.
+    #[arg(long, value_enum, default_value = "round-robin")]
+    stream_pick: StreamPick,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum StreamPick {
+    RoundRobin,
+    Random,
 }
 
 impl Common {
@@ -82,6 +95,12 @@ impl Common {
         }
         if self.idempotent {
             v.push("--idempotent".into());
+        }
+        if self.streams > 0 {
+            v.extend(["--streams".into(), self.streams.to_string()]);
+            if self.stream_pick == StreamPick::Random {
+                v.extend(["--stream-pick".into(), "random".into()]);
+            }
         }
         v
     }
@@ -260,12 +279,15 @@ fn run_step(a: RunArgs) -> Result<i32, String> {
         gate,
         ring_depth: c.ring_depth,
         idempotent: c.idempotent,
+        streams: c.streams,
+        stream_random: c.stream_pick == StreamPick::Random,
     };
     let mode = match a.rate {
         Some(r) => format!("open loop at {r} appends/s"),
         None => "closed loop, one append in flight per connection".into(),
     };
     let mode = if c.idempotent { format!("{mode}, idempotent") } else { mode };
+    let mode = if c.streams > 0 { format!("{mode}, {} streams", c.streams) } else { mode };
     let to = if failover { "the first reachable of" } else { "" };
     log!(
         "{} connections to {to}{:?} ({mode}), {} executors, warm-up {:?}, window {:?}",

@@ -94,6 +94,11 @@ pub struct RunConfig {
     /// Send `Append2` with a producer per connection (a new producer id after any error
     /// or reconnection: nothing is re-sent, so a sequence is never reused).
     pub idempotent: bool,
+    /// Append to this many streams (`Append2` naming a stream, expected version any):
+    /// names `s0`, `s1`, …; a connection appends to those of the shard it is on. 0: none.
+    pub streams: u32,
+    /// Pick each append's stream at random (else round-robin per connection).
+    pub stream_random: bool,
 }
 
 #[derive(Default)]
@@ -141,6 +146,24 @@ struct Local {
     timeouts: Cell<u64>,
     unknown: Cell<u64>,
     reconnects: Cell<u64>,
+    /// Stream names per (shard, shard count), made on first use.
+    names: RefCell<StreamNames>,
+}
+
+/// Stream names by (shard, shard count).
+type StreamNames = std::collections::HashMap<(u16, u16), Rc<Vec<String>>>;
+
+impl Local {
+    /// The names among `s0..s{n-1}` that live on `home.0` of `home.1` shards.
+    fn names(&self, n: u32, home: (u16, u16)) -> Rc<Vec<String>> {
+        let mut m = self.names.borrow_mut();
+        m.entry(home)
+            .or_insert_with(|| {
+                let all = (0..n).map(|k| format!("s{k}"));
+                Rc::new(all.filter(|s| codec::stream_shard(s.as_bytes(), home.1.max(1)) == home.0).collect())
+            })
+            .clone()
+    }
 }
 
 fn bump(c: &Cell<u64>) {
@@ -263,6 +286,7 @@ async fn executor(cfg: RunConfig, g: Arc<Global>, first: usize, share: usize) ->
         timeouts: Cell::new(0),
         unknown: Cell::new(0),
         reconnects: Cell::new(0),
+        names: Default::default(),
     });
     let conns: Rc<RefCell<Vec<Link>>> = Rc::default();
     // Connect in waves of CONNECT_CONCURRENCY.
@@ -278,9 +302,9 @@ async fn executor(cfg: RunConfig, g: Arc<Global>, first: usize, share: usize) ->
                         return;
                     }
                     match connect(&cfg, i, 0).await {
-                        Ok((r, w, alt)) => {
+                        Ok((r, w, alt, home)) => {
                             g.connected.fetch_add(1, Ordering::Relaxed);
-                            conns.borrow_mut().push(Link { r, w, i, alt });
+                            conns.borrow_mut().push(Link { r, w, i, alt, home });
                         }
                         Err(e) => {
                             if g.connect_failures.fetch_add(1, Ordering::Relaxed) < 3 {
@@ -338,10 +362,10 @@ const FAILOVER_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Opens connection `i`: to its target, or (failover) to the first alternative from
 /// index `from` on that accepts. Returns the index of the target it reached.
-async fn connect(cfg: &RunConfig, i: usize, from: usize) -> Result<(Reader, Writer, usize), String> {
+async fn connect(cfg: &RunConfig, i: usize, from: usize) -> Result<(Reader, Writer, usize, (u16, u16)), String> {
     let n = cfg.targets.len();
     if !cfg.failover {
-        return connect_to(cfg, cfg.targets[i % n], i).await.map(|(r, w)| (r, w, i % n));
+        return connect_to(cfg, cfg.targets[i % n], i).await.map(|(r, w, h)| (r, w, i % n, h));
     }
     let mut errs = Vec::new();
     for k in 0..n {
@@ -352,14 +376,15 @@ async fn connect(cfg: &RunConfig, i: usize, from: usize) -> Result<(Reader, Writ
                 .map_err(|e| glommio::GlommioError::IoError(std::io::Error::other(e)))
         });
         match attempt.await {
-            Ok((r, w)) => return Ok((r, w, t)),
+            Ok((r, w, h)) => return Ok((r, w, t, h)),
             Err(e) => errs.push(format!("{}: {e}", cfg.targets[t])),
         }
     }
     Err(errs.join("; "))
 }
 
-async fn connect_to(cfg: &RunConfig, target: SocketAddr, i: usize) -> Result<(Reader, Writer), String> {
+/// Connects and says Hello; returns the streams and (shard, shard count) of the answer.
+async fn connect_to(cfg: &RunConfig, target: SocketAddr, i: usize) -> Result<(Reader, Writer, (u16, u16)), String> {
     use socket2::{Domain, Protocol, Socket, Type};
     let sk = Socket::new(Domain::for_address(target), Type::STREAM, Some(Protocol::TCP)).map_err(|e| e.to_string())?;
     if let IpAddr::V4(ip) = target.ip() {
@@ -402,10 +427,19 @@ async fn connect_to(cfg: &RunConfig, target: SocketAddr, i: usize) -> Result<(Re
     let mut hello = Vec::new();
     Request::Hello { version: PROTOCOL_VERSION }.encode(0, &mut hello);
     w.write(&hello).await.map_err(|e| e.to_string())?;
-    match next(&mut r).await? {
-        (codec::op::HELLO_OK, _) => Ok((r, w)),
-        (_, Some((code, msg))) => Err(format!("server refused: {code} {msg}")),
-        (op, None) => Err(format!("unexpected opcode 0x{op:02x} to Hello")),
+    loop {
+        if let Some((f, used)) = decode_frame(r.data()).map_err(|e| e.to_string())? {
+            let home = match Response::parse(&f).map_err(|e| e.to_string())? {
+                Response::HelloOk { shard, shard_count, .. } => (shard, shard_count),
+                Response::Error { code, message } => return Err(format!("server refused: {code} {message}")),
+                _ => return Err(format!("unexpected opcode 0x{:02x} to Hello", f.op)),
+            };
+            r.consume(used);
+            return Ok((r, w, home));
+        }
+        if !r.fill().await.map_err(|e| e.to_string())? {
+            return Err("server closed the connection".into());
+        }
     }
 }
 
@@ -416,6 +450,9 @@ async fn next(r: &mut Reader) -> Result<(u8, Option<(u16, String)>), String> {
             let op = f.op;
             let err = match Response::parse(&f) {
                 Ok(Response::Error { code, message }) => Some((code, message.to_string())),
+                Ok(Response::WrongVersion { message, .. }) => {
+                    Some((ErrorCode::WrongExpectedVersion as u16, message.to_string()))
+                }
                 Ok(_) => None,
                 Err(e) => return Err(e.to_string()),
             };
@@ -434,6 +471,8 @@ struct Link {
     w: Writer,
     i: usize,
     alt: usize,
+    /// (shard, shard count) from the server's `HelloOk`.
+    home: (u16, u16),
 }
 
 /// Failover: replaces `c` with a connection to the alternative `from` (or the next
@@ -445,8 +484,8 @@ async fn reconnect(c: &mut Link, from: usize, cfg: &RunConfig, backoff: &mut Dur
         if Instant::now() >= until {
             return false;
         }
-        if let Ok((r, w, alt)) = connect(cfg, c.i, from).await {
-            *c = Link { r, w, i: c.i, alt };
+        if let Ok((r, w, alt, home)) = connect(cfg, c.i, from).await {
+            *c = Link { r, w, i: c.i, alt, home };
             return true;
         }
     }
@@ -474,6 +513,7 @@ async fn drive(
     let mut req_id = 0u64;
     let mut producer = cfg.idempotent.then(|| new_producer(c.i));
     let mut intended = schedule.map(|s| s.1);
+    let mut pick = (c.i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1; // round-robin index or xorshift state
     let mut backoff = Duration::from_millis(20);
     loop {
         let now = Instant::now();
@@ -496,11 +536,25 @@ async fn drive(
         }
         frame.clear();
         req_id += 1;
-        match producer.as_mut() {
-            None => codec::encode_append(req_id, &payload, &mut frame),
-            Some(p) => {
-                codec::encode_append2(req_id, Some(*p), &payload, &mut frame);
-                p.seq += 1;
+        let names = (cfg.streams > 0).then(|| local.names(cfg.streams, c.home));
+        let stream = match &names {
+            None => None,
+            Some(n) if n.is_empty() => {
+                crate::log!("connection {}: none of the {} streams lives on shard {}", c.i, cfg.streams, c.home.0);
+                return;
+            }
+            Some(n) => {
+                pick = if cfg.stream_random { xorshift(pick) } else { pick.wrapping_add(1) };
+                Some(codec::StreamReq::new(&n[(pick % n.len() as u64) as usize], codec::Expect::Any))
+            }
+        };
+        match (producer.as_mut(), stream) {
+            (None, None) => codec::encode_append(req_id, &payload, &mut frame),
+            (p, stream) => {
+                codec::encode_append2(req_id, p.as_deref().copied(), stream, &payload, &mut frame);
+                if let Some(p) = p {
+                    p.seq += 1;
+                }
             }
         }
         // Failover: where to reconnect after this append (None: stay).
@@ -578,4 +632,10 @@ async fn drive(
             bump(&local.reconnects);
         }
     }
+}
+
+fn xorshift(mut x: u64) -> u64 {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^ (x << 17)
 }

@@ -4,7 +4,7 @@
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
 
-use corelog_client::{Client, ClientConfig, Producer, Tail};
+use corelog_client::{Client, ClientConfig, Expect, Producer, Tail};
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct ConnArgs {
@@ -62,6 +62,19 @@ pub struct IdemArgs {
     pub shard: u16,
 }
 
+/// Stream appends from the command line (docs/operations.md §12).
+#[derive(clap::Args, Debug, Clone)]
+pub struct StreamArgs {
+    /// Append to this stream (1 to 255 bytes of UTF-8); its shard is picked by the name.
+    #[arg(long)]
+    pub stream: Option<String>,
+    /// The stream's version the first event expects: `any`, `none` (no event yet) or a
+    /// number (the version of its last event). Each later event of the same command
+    /// expects the one before it (`any` stays `any`).
+    #[arg(long, default_value = "any", requires = "stream")]
+    pub expect: Expect,
+}
+
 fn parse_u64(s: &str) -> Result<u64, String> {
     match s.strip_prefix("0x") {
         Some(h) => u64::from_str_radix(h, 16),
@@ -70,53 +83,89 @@ fn parse_u64(s: &str) -> Result<u64, String> {
     .map_err(|e| format!("{s:?}: {e}"))
 }
 
-/// Appends each payload (or each stdin line with `-`); prints `shard offset` per event.
-pub fn append(conn: &ConnArgs, idem: &IdemArgs, payloads: &[String]) -> Result<(), String> {
+/// The expectation of the event after one written at `version`.
+fn expect_next(e: Expect, version: Option<u64>) -> Expect {
+    match (e, version) {
+        (Expect::Any, _) | (_, None) => Expect::Any,
+        (_, Some(v)) => Expect::Exact(v),
+    }
+}
+
+/// Appends each payload (or each stdin line with `-`); prints `shard offset` per event,
+/// followed by the stream version with --stream.
+pub fn append(conn: &ConnArgs, idem: &IdemArgs, stream: &StreamArgs, payloads: &[String]) -> Result<(), String> {
+    if let Some(name) = &stream.stream {
+        corelog_client::record::check_stream_name(name.as_bytes())?;
+    }
     if idem.idempotent || idem.producer.is_some() {
-        return append_idempotent(conn, idem, payloads);
+        return append_idempotent(conn, idem, stream, payloads);
     }
     let cfg = conn.config()?;
+    let lines = payload_lines(payloads)?;
     runtime().block_on(async {
         let c = Client::connect(&conn.addr, &cfg).await.map_err(|e| e.to_string())?;
         let mut out = std::io::stdout().lock();
-        if payloads.len() == 1 && payloads[0] == "-" {
-            for line in std::io::stdin().lock().lines() {
-                let line = line.map_err(|e| e.to_string())?;
-                let pos = c.append(line.as_bytes()).await.map_err(|e| e.to_string())?;
-                writeln!(out, "{} {}", pos.shard, pos.offset).map_err(|e| e.to_string())?;
-            }
-        } else {
-            for p in payloads {
-                let pos = c.append(p.as_bytes()).await.map_err(|e| e.to_string())?;
-                writeln!(out, "{} {}", pos.shard, pos.offset).map_err(|e| e.to_string())?;
-            }
+        let mut expect = stream.expect;
+        for l in &lines {
+            let line = match &stream.stream {
+                None => {
+                    let pos = c.append(l.as_bytes()).await.map_err(|e| e.to_string())?;
+                    format!("{} {}", pos.shard, pos.offset)
+                }
+                Some(name) => {
+                    let a = c.append_to(name, expect, l.as_bytes()).await.map_err(|e| e.to_string())?;
+                    expect = expect_next(expect, Some(a.version));
+                    format!("{} {} {}", a.position.shard, a.position.offset, a.version)
+                }
+            };
+            writeln!(out, "{line}").map_err(|e| e.to_string())?;
         }
         Ok(())
     })
 }
 
-fn append_idempotent(conn: &ConnArgs, idem: &IdemArgs, payloads: &[String]) -> Result<(), String> {
+/// The payloads given, or stdin's lines for `-`.
+fn payload_lines(payloads: &[String]) -> Result<Vec<String>, String> {
+    if payloads.len() == 1 && payloads[0] == "-" {
+        std::io::stdin().lock().lines().collect::<Result<_, _>>().map_err(|e| e.to_string())
+    } else {
+        Ok(payloads.to_vec())
+    }
+}
+
+fn append_idempotent(conn: &ConnArgs, idem: &IdemArgs, stream: &StreamArgs, payloads: &[String]) -> Result<(), String> {
     let cfg = conn.config()?;
     runtime().block_on(async {
+        let shard = match &stream.stream {
+            None => idem.shard,
+            Some(name) => {
+                let c = Client::connect(&conn.addr, &cfg).await.map_err(|e| e.to_string())?;
+                let count = c.info().await.shard_count.max(1);
+                corelog_client::codec::stream_shard(name.as_bytes(), count)
+            }
+        };
         let p = match idem.producer {
-            Some(id) => Producer::resume(&conn.addr, &cfg, idem.shard, id, idem.seq.unwrap_or(0)).await,
-            None => Producer::connect(&conn.addr, &cfg, idem.shard).await,
+            Some(id) => Producer::resume(&conn.addr, &cfg, shard, id, idem.seq.unwrap_or(0)).await,
+            None => Producer::connect(&conn.addr, &cfg, shard).await,
         }
         .map_err(|e| e.to_string())?;
         let mut out = std::io::stdout().lock();
         let mut next = idem.seq.unwrap_or(0);
-        let lines: Vec<String> = if payloads.len() == 1 && payloads[0] == "-" {
-            std::io::stdin().lock().lines().collect::<Result<_, _>>().map_err(|e| e.to_string())?
-        } else {
-            payloads.to_vec()
-        };
+        let lines = payload_lines(payloads)?;
         let mut result = Ok(());
+        let mut expect = stream.expect;
         for l in &lines {
-            match p.append(l.as_bytes()).await {
+            let r = match &stream.stream {
+                None => p.append(l.as_bytes()).await,
+                Some(name) => p.append_to(name, expect, l.as_bytes()).await,
+            };
+            match r {
                 Ok(a) => {
                     next = a.sequence + 1;
+                    expect = expect_next(expect, a.version);
                     let dup = if a.duplicate { " duplicate" } else { "" };
-                    writeln!(out, "{} {}{dup}", a.position.shard, a.position.offset).map_err(|e| e.to_string())?;
+                    let v = a.version.map(|v| format!(" {v}")).unwrap_or_default();
+                    writeln!(out, "{} {}{v}{dup}", a.position.shard, a.position.offset).map_err(|e| e.to_string())?;
                 }
                 Err(e) => {
                     result = Err(format!("sequence {next}: {e}"));
@@ -156,6 +205,32 @@ pub fn read(conn: &ConnArgs, shard: u16, from: u64, limit: u64, hex: bool) -> Re
                 n += 1;
                 at = r.offset + 1;
             }
+        }
+        Ok(())
+    })
+}
+
+/// Reads committed events of one stream: `version<TAB>offset<TAB>payload` per line.
+pub fn read_stream(conn: &ConnArgs, name: &str, from: u64, limit: u64, hex: bool) -> Result<(), String> {
+    corelog_client::record::check_stream_name(name.as_bytes())?;
+    let cfg = conn.config()?;
+    runtime().block_on(async {
+        let c = Client::connect(&conn.addr, &cfg).await.map_err(|e| e.to_string())?;
+        let mut out = std::io::stdout().lock();
+        let (mut at, mut n) = (from, 0u64);
+        while n < limit {
+            let want = (limit - n).min(corelog_client::codec::MAX_READ_COUNT as u64) as u32;
+            let r = c.read_stream(name, at, want).await.map_err(|e| e.to_string())?;
+            for e in &r.events {
+                let v = e.stream.as_ref().map_or(at, |s| s.version);
+                write!(out, "{v}\t").map_err(|e| e.to_string())?;
+                print_record(&mut out, e.offset, &e.payload, hex)?;
+                n += 1;
+            }
+            if r.events.is_empty() || r.next_version >= r.end_version {
+                break;
+            }
+            at = r.next_version;
         }
         Ok(())
     })

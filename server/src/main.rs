@@ -29,23 +29,33 @@ enum Cmd {
         #[arg(long = "name")]
         names: Vec<String>,
     },
-    /// Append events; prints `shard offset` per event. `-` reads one event per stdin line.
+    /// Append events; prints `shard offset` per event (`shard offset version` with
+    /// --stream). `-` reads one event per stdin line.
     Append {
         #[command(flatten)]
         conn: ConnArgs,
         #[command(flatten)]
         idem: cli::IdemArgs,
+        #[command(flatten)]
+        stream: cli::StreamArgs,
         #[arg(required = true)]
         payloads: Vec<String>,
     },
-    /// Read committed records of a shard: `offset<TAB>payload` per line.
+    /// Read committed records of a shard: `offset<TAB>payload` per line; or of one
+    /// stream (--stream): `version<TAB>offset<TAB>payload` per line.
     Read {
         #[command(flatten)]
         conn: ConnArgs,
-        #[arg(long, default_value_t = 0)]
+        #[arg(long, default_value_t = 0, conflicts_with = "stream")]
         shard: u16,
-        #[arg(long, default_value_t = 0)]
+        #[arg(long, default_value_t = 0, conflicts_with = "stream")]
         from: u64,
+        /// Read this stream's events (from its shard) instead of a shard's records.
+        #[arg(long)]
+        stream: Option<String>,
+        /// With --stream: the first version to read.
+        #[arg(long, default_value_t = 0, requires = "stream")]
+        from_version: u64,
         #[arg(long, default_value_t = u64::MAX)]
         limit: u64,
         #[arg(long)]
@@ -313,8 +323,11 @@ fn main() {
         Cmd::Serve(a) => serve_config(*a).and_then(node::serve),
         Cmd::Certs { out, names } => certs::generate(&out, &names)
             .map(|_| println!("wrote CA, server, follower and client certificates to {}", out.display())),
-        Cmd::Append { conn, idem, payloads } => cli::append(&conn, &idem, &payloads),
-        Cmd::Read { conn, shard, from, limit, hex } => cli::read(&conn, shard, from, limit, hex),
+        Cmd::Append { conn, idem, stream, payloads } => cli::append(&conn, &idem, &stream, &payloads),
+        Cmd::Read { conn, stream: Some(name), from_version, limit, hex, .. } => {
+            cli::read_stream(&conn, &name, from_version, limit, hex)
+        }
+        Cmd::Read { conn, shard, from, limit, hex, .. } => cli::read(&conn, shard, from, limit, hex),
         Cmd::Tail { conn, shard, from, count, hex } => cli::tail(&conn, shard, from, count, hex),
         Cmd::Inspect { data_dirs, compare } => std::process::exit(match (compare, &data_dirs[..]) {
             (false, [d]) => inspect::run(d),

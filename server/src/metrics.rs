@@ -33,6 +33,9 @@ pub struct ShardMetrics {
     pub producers: Gauge,
     pub producer_bytes: Gauge,
     pub duplicates: Counter,
+    pub streams: Gauge,
+    pub stream_bytes: Gauge,
+    pub wrong_versions: Counter,
 }
 
 impl ShardMetrics {
@@ -57,7 +60,10 @@ impl ShardMetrics {
             diverged: counter!("corelog_replication_diverged_total", "shard" => s.clone()),
             producers: gauge!("corelog_producers", "shard" => s.clone()),
             producer_bytes: gauge!("corelog_producer_state_bytes", "shard" => s.clone()),
-            duplicates: counter!("corelog_append_duplicates_total", "shard" => s),
+            duplicates: counter!("corelog_append_duplicates_total", "shard" => s.clone()),
+            streams: gauge!("corelog_streams", "shard" => s.clone()),
+            stream_bytes: gauge!("corelog_stream_index_bytes", "shard" => s.clone()),
+            wrong_versions: counter!("corelog_append_wrong_version_total", "shard" => s),
         }
     }
 }

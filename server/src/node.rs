@@ -14,9 +14,9 @@ use glommio::{LocalExecutorBuilder, Placement};
 use crate::control;
 use crate::coord::cell::ControlCell;
 use crate::coord::{CoordConfig, Coordinator};
+use crate::index::LogIndex;
 use crate::metrics::{self, ShardMetrics};
 use crate::net::{listener, tls};
-use crate::producers::Producers;
 use crate::replica::{follower, leader};
 use crate::shard::{Shard, ShardConfig};
 use crate::wal::{self, recovery};
@@ -249,9 +249,9 @@ async fn start_shard(
     let lock = control::lock_shard(&dir)?;
     std::mem::forget(lock); // held until the process exits
     wal::probe::prime_iopoll_probe(&dir).await?;
-    // The boot scan also rebuilds the idempotent producers' table from the records.
-    let mut producers = Producers::new(cfg.max_producers);
-    let scan = recovery::scan_with(id, &dir, &mut |recs| producers.note_run(recs)).map_err(|e| e.to_string())?;
+    // The boot scan also rebuilds the idempotent producers' table and the stream index.
+    let mut index = LogIndex::new(cfg.max_producers);
+    let scan = recovery::scan_with(id, &dir, &mut |recs| index.note_run(recs)).map_err(|e| e.to_string())?;
     let mark = control::read_repair_mark(&dir)?;
     if let Some(d) = &scan.damage {
         // Possibly acknowledged records are damaged: only a follower may cut them (its
@@ -328,7 +328,7 @@ async fn start_shard(
     let metrics = ShardMetrics::new(id);
     let any_tls = cfg.tls.is_some() || cfg.repl_tls.is_some();
     metrics.ktls_active.set(if any_tls && crate::net::ktls::available() { 1.0 } else { 0.0 });
-    let shard = Shard::new(scfg, log, role, epoch, commit_floor, producers, metrics);
+    let shard = Shard::new(scfg, log, role, epoch, commit_floor, index, metrics);
     shard.release(); // publish the recovered offsets
     glommio::spawn_local(shard.clone().commit_loop()).detach();
     glommio::spawn_local(shard.clone().deadline_loop()).detach();

@@ -180,18 +180,6 @@ impl Producers {
         }
     }
 
-    /// Feeds every record of a verified run (e.g. a batch from the boot scan).
-    pub fn note_run(&mut self, records: &[u8]) {
-        let mut at = 0;
-        while at < records.len() {
-            let (offset, producer, n) = corelog_client::record::peek(&records[at..]).expect("records were verified");
-            if let Some(p) = producer {
-                self.note(p, offset);
-            }
-            at += n;
-        }
-    }
-
     pub fn len(&self) -> usize {
         self.map.len()
     }

@@ -27,12 +27,13 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use corelog_client::codec::{self, ErrorCode, Role};
-use corelog_client::record::{self, ProducerSeq};
+use corelog_client::codec::{self, ErrorCode, Expect, Role};
+use corelog_client::record::{self, Ext, ProducerSeq, StreamPos};
 
 use crate::coord::cell::ControlCell;
+use crate::index::LogIndex;
 use crate::metrics::ShardMetrics;
-use crate::producers::{refusal, Producers, Verdict};
+use crate::producers::{refusal, Verdict};
 use crate::sync::Event;
 use crate::wal::batch::{MAX_BATCH_BYTES, MAX_BATCH_RECORDS};
 use crate::wal::Log;
@@ -62,8 +63,33 @@ pub struct ConnOut {
 pub enum AckForm {
     /// `Appended` (an `Append`).
     V1,
-    /// `Appended2` (an `Append2`); `true`: a duplicate's original position.
-    V2 { duplicate: bool },
+    /// `Appended2` (an `Append2`); `duplicate`: a duplicate's original position;
+    /// `version`: the event's stream version.
+    V2 { duplicate: bool, version: Option<u64> },
+}
+
+/// What one append asks for besides its payload.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AppendReq<'a> {
+    pub producer: Option<ProducerSeq>,
+    pub stream: Option<(&'a str, Expect)>,
+}
+
+/// Why an append was not taken (nothing written).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refused {
+    Error(ErrorCode, String),
+    /// The stream is not at the expected version; `current`: its last event's version.
+    WrongVersion {
+        current: Option<u64>,
+        msg: String,
+    },
+}
+
+impl From<(ErrorCode, String)> for Refused {
+    fn from((code, msg): (ErrorCode, String)) -> Refused {
+        Refused::Error(code, msg)
+    }
 }
 
 impl ConnOut {
@@ -71,8 +97,8 @@ impl ConnOut {
     pub fn push_appended(&self, req_id: u64, shard: u16, offset: u64, form: AckForm) {
         match form {
             AckForm::V1 => codec::encode_appended(req_id, shard, offset, &mut self.buf.borrow_mut()),
-            AckForm::V2 { duplicate } => {
-                codec::encode_appended2(req_id, shard, offset, duplicate, &mut self.buf.borrow_mut())
+            AckForm::V2 { duplicate, version } => {
+                codec::encode_appended2(req_id, shard, offset, duplicate, version, &mut self.buf.borrow_mut())
             }
         }
         self.inflight.set(self.inflight.get() - 1);
@@ -94,6 +120,7 @@ struct Waiter {
 /// original's position when it is, or with the original's failure.
 struct DupWaiter {
     offset: u64,
+    version: Option<u64>,
     conn: Rc<ConnOut>,
     req_id: u64,
     since: Instant,
@@ -193,8 +220,8 @@ pub struct Shard {
     pub durable_ev: Event,
     /// Room was made under the bounds: wakes waiting appends.
     space_ev: Event,
-    /// Idempotent producers' state, derived from the log (see `producers`).
-    producers: RefCell<Producers>,
+    /// Idempotent producers' state and the stream index, derived from the log.
+    index: RefCell<LogIndex>,
     /// Retried idempotent appends waiting for their original (few; leader only).
     dups: RefCell<Vec<DupWaiter>>,
     pub metrics: ShardMetrics,
@@ -208,13 +235,13 @@ impl Shard {
         role: Role,
         epoch: u32,
         commit_floor: u64,
-        producers: Producers,
+        index: LogIndex,
         metrics: ShardMetrics,
     ) -> Rc<Shard> {
         let next = log.next_offset();
         assert!(commit_floor <= next, "commit floor {commit_floor} above the log end {next}");
         let replicated_leader = role == Role::Leader && !cfg.standalone;
-        publish_producers(&metrics, &producers); // the table the boot scan rebuilt
+        publish_index(&metrics, &index); // what the boot scan rebuilt
         Rc::new(Shard {
             acked_end: Cell::new(commit_floor),
             link_up: Cell::new(false),
@@ -239,7 +266,7 @@ impl Shard {
             shipped_ev: Event::default(),
             durable_ev: Event::default(),
             space_ev: Event::default(),
-            producers: RefCell::new(producers),
+            index: RefCell::new(index),
             dups: Default::default(),
             metrics,
         })
@@ -353,24 +380,46 @@ impl Shard {
     /// pushed to `conn` once the record is durable on every replica (or fails). An
     /// idempotent append (`producer`) is checked against the producer's state first:
     /// a duplicate is not written (`Taken::Duplicate`), an out-of-line sequence is refused.
+    /// A stream append then gets the stream's next version if `expect` holds.
     pub async fn append(
         &self,
-        producer: Option<ProducerSeq>,
+        req: AppendReq<'_>,
         form: AckForm,
         payload: &[u8],
         conn: &Rc<ConnOut>,
         req_id: u64,
-    ) -> Result<Taken, (ErrorCode, String)> {
-        let len = record::encoded_len_ex(producer.is_some(), payload.len());
+    ) -> Result<Taken, Refused> {
+        // The version is not known yet; its width is.
+        let sized = Ext { producer: req.producer, stream: req.stream.map(|(name, _)| StreamPos { name, version: 0 }) };
+        let len = record::RECORD_HEADER_LEN + sized.len() + payload.len();
         self.wait_room(len).await?;
-        // From here to the offset's assignment nothing awaits: the verdict still holds.
-        if let Some(p) = producer {
-            match self.producers.borrow().check(p) {
+        // From here to the offset's assignment nothing awaits: the verdicts still hold.
+        let index = self.index.borrow();
+        if let Some(p) = req.producer {
+            match index.producers.check(p) {
                 Verdict::Fresh => {}
                 Verdict::Duplicate(_) => return Ok(Taken::Duplicate),
-                v => return Err(refusal(p, v)),
+                v => return Err(refusal(p, v).into()),
             }
         }
+        let stream = match req.stream {
+            None => None,
+            Some((name, expect)) => match index.streams.check(name, expect) {
+                Ok(version) => Some(StreamPos { name, version }),
+                Err(current) => {
+                    self.metrics.wrong_versions.increment(1);
+                    let at = current.map_or("has no event".to_string(), |v| format!("is at version {v}"));
+                    let msg = format!("stream {name:?} {at}, not {expect} as expected; nothing written");
+                    return Err(Refused::WrongVersion { current, msg });
+                }
+            },
+        };
+        drop(index);
+        let ext = Ext { producer: req.producer, stream };
+        let form = match form {
+            AckForm::V2 { duplicate, .. } => AckForm::V2 { duplicate, version: stream.map(|s| s.version) },
+            f => f,
+        };
         let mut staged = self.staged.borrow_mut();
         let need_new = match staged.back() {
             None => true,
@@ -388,7 +437,7 @@ impl Shard {
         }
         let b = staged.back_mut().expect("pushed above");
         let offset = self.next_assign.get();
-        record::encode_ex(offset, self.epoch.get(), producer, payload, &mut b.records);
+        record::encode_ex(offset, self.epoch.get(), ext, payload, &mut b.records);
         b.count += 1;
         b.waiters.push(Waiter { conn: conn.clone(), req_id, form });
         conn.inflight.set(conn.inflight.get() + 1);
@@ -396,8 +445,8 @@ impl Shard {
         self.staged_bytes.set(self.staged_bytes.get() + len);
         self.unacked_count.set(self.unacked_count.get() + 1);
         drop(staged);
-        if let Some(p) = producer {
-            self.update_producers(|t| t.note(p, offset));
+        if !ext.is_empty() {
+            self.update_index(|t| t.note(offset, ext));
         }
         if !self.accepted.get() {
             self.metrics.appends_held.set(self.unacked_count.get() as f64);
@@ -406,27 +455,38 @@ impl Shard {
         Ok(Taken::Staged)
     }
 
-    /// Changes the producers' table and publishes its size.
-    fn update_producers(&self, f: impl FnOnce(&mut Producers)) {
-        let mut t = self.producers.borrow_mut();
+    /// Changes the producers' table or the stream index and publishes their sizes.
+    fn update_index(&self, f: impl FnOnce(&mut LogIndex)) {
+        let mut t = self.index.borrow_mut();
         f(&mut t);
-        publish_producers(&self.metrics, &t);
+        publish_index(&self.metrics, &t);
+    }
+
+    /// Reads the index (e.g. a stream's offsets for a read).
+    pub fn with_index<R>(&self, f: impl FnOnce(&LogIndex) -> R) -> R {
+        f(&self.index.borrow())
     }
 
     /// Answers a retried idempotent append (after `append` said `Taken::Duplicate` and
     /// every earlier answer of `conn` has left) with its original's position: now if that
     /// is committed, else when it is. `false`: the producer's state changed meanwhile
     /// (the original's offset was handed out again): call `append` once more.
-    pub fn answer_duplicate(&self, p: ProducerSeq, conn: &Rc<ConnOut>, req_id: u64) -> bool {
-        let Verdict::Duplicate(offset) = self.producers.borrow().check(p) else {
+    /// A retry naming a stream is answered with the original's version there (none if
+    /// the original was not an event of that stream).
+    pub fn answer_duplicate(&self, p: ProducerSeq, stream: Option<&str>, conn: &Rc<ConnOut>, req_id: u64) -> bool {
+        let index = self.index.borrow();
+        let Verdict::Duplicate(offset) = index.producers.check(p) else {
             return false;
         };
+        let version = stream.and_then(|name| index.streams.version_of(name, offset));
+        drop(index);
         self.metrics.duplicates.increment(1);
         conn.inflight.set(conn.inflight.get() + 1);
         if offset < self.committed() {
-            conn.push_appended(req_id, self.id(), offset, AckForm::V2 { duplicate: true });
+            conn.push_appended(req_id, self.id(), offset, AckForm::V2 { duplicate: true, version });
         } else {
-            self.dups.borrow_mut().push(DupWaiter { offset, conn: conn.clone(), req_id, since: Instant::now() });
+            let d = DupWaiter { offset, version, conn: conn.clone(), req_id, since: Instant::now() };
+            self.dups.borrow_mut().push(d);
         }
         true
     }
@@ -471,7 +531,7 @@ impl Shard {
         }
         let b = staged.back_mut().expect("pushed above");
         b.records.extend_from_slice(records);
-        self.update_producers(|t| t.note_run(records));
+        self.update_index(|t| t.note_run(records));
         b.count += count;
         self.next_assign.set(first_offset + count as u64);
         self.staged_bytes.set(self.staged_bytes.get() + records.len());
@@ -486,7 +546,7 @@ impl Shard {
             self.durable_ev.wait().await;
         }
         let end = self.log.truncate(offset).await?;
-        self.update_producers(|t| t.forget_from(end));
+        self.update_index(|t| t.forget_from(end));
         self.next_assign.set(end);
         self.recent.borrow_mut().clear();
         self.recent_bytes.set(0);
@@ -615,7 +675,12 @@ impl Shard {
         }
         dups.retain(|d| {
             if d.offset < end {
-                d.conn.push_appended(d.req_id, self.id(), d.offset, AckForm::V2 { duplicate: true });
+                d.conn.push_appended(
+                    d.req_id,
+                    self.id(),
+                    d.offset,
+                    AckForm::V2 { duplicate: true, version: d.version },
+                );
                 false
             } else {
                 true
@@ -690,7 +755,7 @@ impl Shard {
         );
         // The offsets are handed out again: the producers' appends there never happened,
         // and retries waiting on them fail the same way.
-        self.update_producers(|t| t.forget_from(first));
+        self.update_index(|t| t.forget_from(first));
         self.fail_dups(|d| d.offset >= first, ErrorCode::Unavailable, &msg);
         let mut n = 0;
         for b in staged {
@@ -759,9 +824,11 @@ impl Shard {
     }
 }
 
-fn publish_producers(m: &ShardMetrics, t: &Producers) {
-    m.producers.set(t.len() as f64);
-    m.producer_bytes.set(t.bytes() as f64);
+fn publish_index(m: &ShardMetrics, t: &LogIndex) {
+    m.producers.set(t.producers.len() as f64);
+    m.producer_bytes.set(t.producers.bytes() as f64);
+    m.streams.set(t.streams.len() as f64);
+    m.stream_bytes.set(t.streams.bytes() as f64);
 }
 
 fn first_record_epoch(recs: &[u8]) -> u32 {

@@ -744,6 +744,7 @@ mod tests {
                 offset: i as u64,
                 epoch: 1,
                 producer: None,
+                stream: None,
                 payload: p.to_vec(),
             });
             l.insert(s as u16, v.collect());

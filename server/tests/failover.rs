@@ -235,6 +235,7 @@ fn the_epoch_order_check_catches_an_old_leader_acking_after_a_new_one() {
             offset: i as u64,
             epoch,
             producer: None,
+            stream: None,
             payload: vec![],
         });
         [(0u16, recs.collect())].into_iter().collect()

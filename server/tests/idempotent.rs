@@ -332,12 +332,12 @@ fn a_retry_waiting_for_its_original_is_answered_before_the_appends_behind_it() {
     signal(&p.follower, libc::SIGSTOP); // nothing is committed while it is frozen
     let id = ProducerSeq { id: 0xabc, seq: 0 };
     let mut f = Vec::new();
-    codec::encode_append2(2, Some(id), b"original", &mut f);
+    codec::encode_append2(2, Some(id), None, b"original", &mut f);
     first.write_all(&f).unwrap();
     wait_metric("corelog_log_end_offset", 1.0); // the original has its offset
     let mut f = Vec::new();
-    codec::encode_append2(2, Some(id), b"retry", &mut f);
-    codec::encode_append2(3, Some(ProducerSeq { seq: 1, ..id }), b"next", &mut f);
+    codec::encode_append2(2, Some(id), None, b"retry", &mut f);
+    codec::encode_append2(3, Some(ProducerSeq { seq: 1, ..id }), None, b"next", &mut f);
     second.write_all(&f).unwrap();
     wait_metric("corelog_append_duplicates_total", 1.0); // the retry waits for offset 0
     wait_metric("corelog_log_end_offset", 2.0); // "next" is written behind it

@@ -163,7 +163,7 @@ fn bad_idempotent_appends_get_clear_errors_and_never_hurt_other_connections() {
     let mut s = raw(&n);
     let mut f = Vec::new();
     Request::Hello { version: 1 }.encode(1, &mut f);
-    codec::encode_append2(2, p(0), b"x", &mut f);
+    codec::encode_append2(2, p(0), None, b"x", &mut f);
     s.write_all(&f).unwrap();
     assert_eq!(error_codes_until_close(s), vec![ErrorCode::BadVersion as u16]);
     // A protocol version this server does not speak.
@@ -188,12 +188,12 @@ fn bad_idempotent_appends_get_clear_errors_and_never_hurt_other_connections() {
     // appends after them in the same pipeline are answered in order.
     let mut s = raw(&n);
     let mut f = hello();
-    codec::encode_append2(2, p(5), b"a", &mut f);
-    codec::encode_append2(3, p(0), b"b", &mut f);
-    codec::encode_append2(4, p(u64::MAX - 1), b"c", &mut f);
-    codec::encode_append2(5, p(1), b"d", &mut f);
-    codec::encode_append2(6, p(0), b"e", &mut f);
-    codec::encode_append2(7, None, b"f", &mut f);
+    codec::encode_append2(2, p(5), None, b"a", &mut f);
+    codec::encode_append2(3, p(0), None, b"b", &mut f);
+    codec::encode_append2(4, p(u64::MAX - 1), None, b"c", &mut f);
+    codec::encode_append2(5, p(1), None, b"d", &mut f);
+    codec::encode_append2(6, p(0), None, b"e", &mut f);
+    codec::encode_append2(7, None, None, b"f", &mut f);
     s.write_all(&f).unwrap();
     s.shutdown(std::net::Shutdown::Write).unwrap();
     let mut buf = Vec::new();

@@ -11,13 +11,14 @@ use std::rc::Rc;
 use std::time::Instant;
 
 use corelog_client::codec::{
-    self, decode_frame_max, ErrorCode, ProducerSeq, Request, Response, MAX_REQUEST_FRAME, MIN_PROTOCOL_VERSION,
+    self, decode_frame_max, ErrorCode, Request, Response, StreamReq, MAX_REQUEST_FRAME, MIN_PROTOCOL_VERSION,
     PROTOCOL_VERSION,
 };
+use corelog_client::record::check_stream_name;
 use glommio::net::TcpStream;
 
 use super::tls_io::{self, Writer};
-use crate::shard::{AckForm, ConnOut, Shard, Taken};
+use crate::shard::{AckForm, AppendReq, ConnOut, Refused, Shard, Taken};
 use crate::sync::deadline;
 
 /// Appends one connection may have unanswered before we stop reading from it.
@@ -107,14 +108,26 @@ async fn read_loop(
                     r.encode(req_id, &mut out.buf.borrow_mut());
                     out.wake.notify();
                 }
-                Request::Append { payload } => append(shard, out, req_id, None, AckForm::V1, payload).await,
-                Request::Append2 { producer, payload } => {
-                    if version < 2 {
-                        let msg =
-                            format!("Append2 needs protocol version 2; this connection said Hello with {version}");
-                        return Err((ErrorCode::BadVersion, msg, req_id));
+                Request::Append { payload } => {
+                    append(shard, out, req_id, AppendReq::default(), AckForm::V1, payload).await
+                }
+                Request::Append2 { producer, stream, payload } => {
+                    need_v2(version, "Append2", req_id)?;
+                    let form = AckForm::V2 { duplicate: false, version: None };
+                    match stream.map(|s| check_stream(shard, s)).transpose() {
+                        Ok(stream) => append(shard, out, req_id, AppendReq { producer, stream }, form, payload).await,
+                        Err(e) => answer_later(out, req_id, e).await,
                     }
-                    append(shard, out, req_id, producer, AckForm::V2 { duplicate: false }, payload).await
+                }
+                Request::ReadStream { name, from_version, max_count, max_bytes } => {
+                    need_v2(version, "ReadStream", req_id)?;
+                    let checked = check_stream(shard, StreamReq { name, expect_kind: 0, expected: 0 });
+                    match checked {
+                        Ok((name, _)) => {
+                            read_stream(shard, out, req_id, name, from_version, max_count, max_bytes).await?
+                        }
+                        Err(e) => answer_later(out, req_id, e).await,
+                    }
                 }
                 Request::Read { shard: s, from, max_bytes } => {
                     check_shard(shard, s, req_id)?;
@@ -176,41 +189,98 @@ async fn read_loop(
     }
 }
 
+fn need_v2(version: u16, what: &str, req_id: u64) -> Result<(), Fail> {
+    if version >= 2 {
+        return Ok(());
+    }
+    let msg = format!("{what} needs protocol version 2; this connection said Hello with {version}");
+    Err((ErrorCode::BadVersion, msg, req_id))
+}
+
+/// A stream request's fields: a valid name of a stream this shard holds, a known
+/// expect kind. A bad field is refused (nothing done) without ending the connection.
+fn check_stream<'a>(shard: &Shard, s: StreamReq<'a>) -> Result<(&'a str, codec::Expect), Refused> {
+    let bad = |m: String| Refused::Error(ErrorCode::BadRequest, m);
+    let name = check_stream_name(s.name).map_err(bad)?;
+    let expect = s.expect().map_err(bad)?;
+    let home = codec::stream_shard(s.name, shard.cfg.shard_count);
+    if home != shard.id() {
+        let msg = format!(
+            "stream {name:?} lives on shard {home}; this connection is served by shard {} (reach shard {home} on its direct port, client port + 1 + {home})",
+            shard.id()
+        );
+        return Err(Refused::Error(ErrorCode::WrongShard, msg));
+    }
+    Ok((name, expect))
+}
+
+/// Answers a refused request once every earlier answer of the connection has left.
+async fn answer_later(out: &Rc<ConnOut>, req_id: u64, r: Refused) {
+    while out.inflight.get() > 0 {
+        out.drained.wait().await;
+    }
+    match r {
+        Refused::Error(code, msg) => out.push_error(req_id, code, &msg),
+        Refused::WrongVersion { current, msg } => {
+            codec::encode_wrong_version(req_id, current, &msg, &mut out.buf.borrow_mut());
+            out.wake.notify();
+        }
+    }
+}
+
 /// One append (either version). Errors and duplicates are answered after every earlier
 /// answer of the connection (answers leave in request order).
-async fn append(
-    shard: &Rc<Shard>,
-    out: &Rc<ConnOut>,
-    req_id: u64,
-    producer: Option<ProducerSeq>,
-    form: AckForm,
-    payload: &[u8],
-) {
+async fn append(shard: &Rc<Shard>, out: &Rc<ConnOut>, req_id: u64, req: AppendReq<'_>, form: AckForm, payload: &[u8]) {
     while out.inflight.get() >= MAX_INFLIGHT_PER_CONN {
         out.drained.wait().await;
     }
     loop {
-        let taken = shard.append(producer, form, payload, out, req_id).await;
+        let taken = shard.append(req, form, payload, out, req_id).await;
         if taken == Ok(Taken::Staged) {
             return;
         }
-        while out.inflight.get() > 0 {
-            out.drained.wait().await;
-        }
         match taken {
             Ok(_) => {
-                let p = producer.expect("only idempotent appends are duplicates");
-                if shard.answer_duplicate(p, out, req_id) {
+                while out.inflight.get() > 0 {
+                    out.drained.wait().await;
+                }
+                let p = req.producer.expect("only idempotent appends are duplicates");
+                if shard.answer_duplicate(p, req.stream.map(|s| s.0), out, req_id) {
                     return;
                 }
                 // The original's offset was handed out again meanwhile: append it anew.
             }
-            Err((code, msg)) => {
-                out.push_error(req_id, code, &msg);
-                return;
-            }
+            Err(r) => return answer_later(out, req_id, r).await,
         }
     }
+}
+
+/// A `ReadStream`: committed events of one stream, after every earlier answer.
+async fn read_stream(
+    shard: &Rc<Shard>,
+    out: &Rc<ConnOut>,
+    req_id: u64,
+    name: &str,
+    from: u64,
+    max_count: u32,
+    max_bytes: u32,
+) -> Result<(), Fail> {
+    while out.inflight.get() > 0 || out.buf.borrow().len() >= MAX_OUT_BYTES {
+        out.drained.wait().await;
+    }
+    let max = max_count.min(codec::MAX_READ_COUNT) as usize;
+    let (offsets, end_version) = shard.with_index(|t| {
+        let (o, end) = t.streams.offsets(name, from, shard.committed(), max);
+        (o.to_vec(), end)
+    });
+    let max_bytes = max_bytes.min(codec::MAX_READ_BYTES) as usize;
+    let (recs, count) =
+        shard.log.read_offsets(&offsets, max_bytes).await.map_err(|e| (ErrorCode::Internal, e.to_string(), req_id))?;
+    let next_version = from.min(end_version) + count as u64;
+    Response::StreamRecords { shard: shard.id(), next_version, end_version, count, records: &recs }
+        .encode(req_id, &mut out.buf.borrow_mut());
+    out.wake.notify();
+    Ok(())
 }
 
 fn check_shard(shard: &Shard, s: u16, req_id: u64) -> Result<(), Fail> {

@@ -173,31 +173,12 @@ impl Log {
         let mut count = 0u32;
         let mut at = from;
         while at < upto && (out.is_empty() || out.len() < max_bytes) {
-            let Some((file, b, si, _)) = self.locate(at) else {
+            let Some(recs) = self.fetch(at).await? else {
                 break;
             };
-            let len = BATCH_HEADER_LEN + b.records_len as usize;
-            let span = batch::span(b.records_len as usize) as usize;
-            let polled = file.read_at_aligned(b.pos, span).await.map_err(io::Error::from);
-            let owned;
-            let data: &[u8] = match &polled {
-                Ok(d) => d,
-                Err(e) if e.kind() == io::ErrorKind::Unsupported => {
-                    owned = self.read_plain(si, b.pos, span, e)?;
-                    &owned
-                }
-                Err(e) => return Err(io::Error::new(e.kind(), e.to_string())),
-            };
-            if data.len() < len {
-                return Err(io::Error::new(
-                    io::ErrorKind::UnexpectedEof,
-                    format!("short read of batch {}", b.first_offset),
-                ));
-            }
-            let recs = &data[BATCH_HEADER_LEN..len];
             let mut p = 0;
             let mut full = false;
-            for r in record::Records::new(recs) {
+            for r in record::Records::new(&recs) {
                 let r = r.map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("record {at}: {e}")))?;
                 let len = r.encoded_len();
                 if r.offset >= upto {
@@ -219,6 +200,63 @@ impl Log {
             }
         }
         Ok((out, count))
+    }
+
+    /// Reads the records at `offsets` (ascending, each below `next_offset()`), about
+    /// `max_bytes` in all (at least one record when asked for any): each batch that holds
+    /// some of them is read once. Returns (records bytes, count) — a prefix of `offsets`.
+    pub async fn read_offsets(&self, offsets: &[u64], max_bytes: usize) -> io::Result<(Vec<u8>, u32)> {
+        let mut out = Vec::new();
+        let mut i = 0;
+        while i < offsets.len() && (out.is_empty() || out.len() < max_bytes) {
+            let at = offsets[i];
+            let Some(recs) = self.fetch(at).await? else {
+                return Err(io::Error::new(io::ErrorKind::NotFound, format!("no batch holds offset {at}")));
+            };
+            let mut p = 0;
+            while p < recs.len() && i < offsets.len() {
+                let (r, len) = record::decode(&recs[p..])
+                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("batch of {at}: {e}")))?;
+                if r.offset == offsets[i] {
+                    if !out.is_empty() && out.len() + len > max_bytes {
+                        return Ok((out, i as u32));
+                    }
+                    out.extend_from_slice(&recs[p..p + len]);
+                    i += 1;
+                }
+                p += len;
+            }
+            if offsets.get(i) == Some(&at) {
+                return Err(io::Error::new(io::ErrorKind::NotFound, format!("offset {at} not in its batch")));
+            }
+        }
+        Ok((out, i as u32))
+    }
+
+    /// The records of the batch holding `at` (None: no batch holds it), read from disk.
+    async fn fetch(&self, at: u64) -> io::Result<Option<Vec<u8>>> {
+        let Some((file, b, si, _)) = self.locate(at) else {
+            return Ok(None);
+        };
+        let len = BATCH_HEADER_LEN + b.records_len as usize;
+        let span = batch::span(b.records_len as usize) as usize;
+        let polled = file.read_at_aligned(b.pos, span).await.map_err(io::Error::from);
+        let owned;
+        let data: &[u8] = match &polled {
+            Ok(d) => d,
+            Err(e) if e.kind() == io::ErrorKind::Unsupported => {
+                owned = self.read_plain(si, b.pos, span, e)?;
+                &owned
+            }
+            Err(e) => return Err(io::Error::new(e.kind(), e.to_string())),
+        };
+        if data.len() < len {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!("short read of batch {}", b.first_offset),
+            ));
+        }
+        Ok(Some(data[BATCH_HEADER_LEN..len].to_vec()))
     }
 
     /// A read the poll ring refused with EOPNOTSUPP, done with a plain `pread` on a

@@ -1,0 +1,172 @@
+//! Streams: the events of each stream of one shard, by version.
+//!
+//! An `Append2` may name a stream; its event gets the stream's next version (0 for the
+//! first event, then 1, 2, …), written into the record (format.md §3, stream extension)
+//! and returned with the position. The append may expect the stream's current version —
+//! its last event's — to be `any`, none (no event yet) or exactly N; otherwise it is
+//! refused with `WrongExpectedVersion` and the current version, and nothing is written.
+//! Within a shard appends are taken one at a time in offset order, so of many racing on
+//! one expected version exactly one gets it.
+//!
+//! Like the producers' table this index is derived from the log alone, in offset order:
+//! rebuilt by the boot scan, fed on a follower as batches arrive and on a leader as
+//! appends are given offsets, rolled back where offsets are handed out again
+//! ([`Streams::forget_from`]). Leader and follower hold the same index.
+//!
+//! Memory: per stream `STREAM_BYTES` + its name; per event its offset (8 bytes, up to 16
+//! while a stream's vector has spare capacity). Reported by `corelog_stream_index_bytes`.
+
+use std::collections::HashMap;
+
+use corelog_client::codec::Expect;
+
+/// Approximate bytes per stream besides its name and offsets: the hash slot, the boxed
+/// name's and the vector's headers, allocator overhead.
+pub const STREAM_BYTES: usize = 96;
+
+#[derive(Default)]
+pub struct Streams {
+    /// Offsets of each stream's events: version v is at index v.
+    map: HashMap<Box<str>, Vec<u64>>,
+    /// Sum of the offset vectors' capacities.
+    slots: usize,
+    name_bytes: usize,
+    events: usize,
+}
+
+impl Streams {
+    /// The stream's current version (its last event's), `None` when it has none.
+    pub fn current(&self, name: &str) -> Option<u64> {
+        self.map.get(name).and_then(|v| v.len().checked_sub(1)).map(|v| v as u64)
+    }
+
+    /// The version an append expecting `expect` gets, or the stream's current version
+    /// when the expectation fails.
+    pub fn check(&self, name: &str, expect: Expect) -> Result<u64, Option<u64>> {
+        let current = self.current(name);
+        if expect.met_by(current) {
+            Ok(current.map_or(0, |v| v + 1))
+        } else {
+            Err(current)
+        }
+    }
+
+    /// Records that version `version` of `name` is at `offset`. Versions come in order:
+    /// every node sees a stream's events in offset order, and an offset handed out again
+    /// was taken back with `forget_from` first.
+    pub fn note(&mut self, name: &str, version: u64, offset: u64) {
+        let v = match self.map.get_mut(name) {
+            Some(v) => v,
+            None => {
+                self.name_bytes += name.len();
+                self.map.entry(name.into()).or_default()
+            }
+        };
+        assert_eq!(version, v.len() as u64, "stream {name:?}: version {version} at offset {offset} out of line");
+        assert!(v.last().is_none_or(|&l| l < offset), "stream {name:?}: offsets must grow");
+        let cap = v.capacity();
+        v.push(offset);
+        self.slots += v.capacity() - cap;
+        self.events += 1;
+    }
+
+    /// Offsets from `from` on were handed out again: forget every event there. Visits
+    /// every stream (rare: a leader's staged appends dropped, a follower's log cut).
+    pub fn forget_from(&mut self, from: u64) {
+        let (mut dropped, mut names) = (0, 0);
+        self.map.retain(|name, v| {
+            let keep = v.partition_point(|&o| o < from);
+            dropped += v.len() - keep;
+            v.truncate(keep);
+            if v.is_empty() {
+                names += name.len();
+            }
+            !v.is_empty()
+        });
+        self.events -= dropped;
+        self.name_bytes -= names;
+        self.slots = self.map.values().map(|v| v.capacity()).sum();
+    }
+
+    /// Offsets of `name`'s events from version `from`, below offset `end` (the committed
+    /// end), at most `max`; and the number of its events below `end`.
+    pub fn offsets(&self, name: &str, from: u64, end: u64, max: usize) -> (&[u64], u64) {
+        let Some(v) = self.map.get(name) else { return (&[], 0) };
+        let below = v.partition_point(|&o| o < end);
+        let start = (from.min(below as u64)) as usize;
+        (&v[start..below.min(start + max)], below as u64)
+    }
+
+    /// The version of `name`'s event at `offset`, if it has one there.
+    pub fn version_of(&self, name: &str, offset: u64) -> Option<u64> {
+        let v = self.map.get(name)?;
+        v.binary_search(&offset).ok().map(|i| i as u64)
+    }
+
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    pub fn events(&self) -> usize {
+        self.events
+    }
+
+    /// Approximate memory held (see the module docs).
+    pub fn bytes(&self) -> usize {
+        self.map.len() * STREAM_BYTES + self.name_bytes + self.slots * 8
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_expectations_and_reads() {
+        let mut s = Streams::default();
+        assert_eq!(s.check("a", Expect::Exact(0)), Err(None));
+        assert_eq!(s.check("a", Expect::NoStream), Ok(0));
+        s.note("a", 0, 10);
+        s.note("b", 0, 11);
+        s.note("a", 1, 12);
+        assert_eq!(s.check("a", Expect::NoStream), Err(Some(1)));
+        assert_eq!(s.check("a", Expect::Exact(0)), Err(Some(1)));
+        assert_eq!(s.check("a", Expect::Exact(1)), Ok(2));
+        assert_eq!(s.check("a", Expect::Any), Ok(2));
+        assert_eq!(s.offsets("a", 0, 100, 10), (&[10u64, 12][..], 2));
+        assert_eq!(s.offsets("a", 1, 100, 10), (&[12u64][..], 2));
+        assert_eq!(s.offsets("a", 0, 12, 10), (&[10u64][..], 1), "not above the committed end");
+        assert_eq!(s.offsets("a", 5, 100, 10), (&[][..], 2));
+        assert_eq!(s.offsets("a", 0, 100, 1), (&[10u64][..], 2));
+        assert_eq!(s.version_of("a", 12), Some(1));
+        assert_eq!(s.version_of("a", 11), None);
+        assert_eq!((s.len(), s.events()), (2, 3));
+        assert!(s.bytes() >= 2 * STREAM_BYTES + 2 + 3 * 8);
+    }
+
+    #[test]
+    fn forget_from_takes_back_versions() {
+        let mut s = Streams::default();
+        s.note("a", 0, 1);
+        s.note("b", 0, 2);
+        s.note("a", 1, 3);
+        s.forget_from(2);
+        assert_eq!(s.current("a"), Some(0));
+        assert_eq!(s.current("b"), None);
+        assert_eq!((s.len(), s.events()), (1, 1));
+        s.note("a", 1, 2);
+        s.note("b", 0, 3);
+        assert_eq!(s.current("a"), Some(1));
+    }
+
+    #[test]
+    #[should_panic(expected = "out of line")]
+    fn a_version_out_of_line_is_a_bug() {
+        let mut s = Streams::default();
+        s.note("a", 1, 0);
+    }
+}
