@@ -1,22 +1,26 @@
 #!/usr/bin/env bash
-# What idempotent appends cost: plain `Append` versus `Append2` with a producer per
-# connection (loadgen --idempotent), same build, same run, alternating (ABBA). Each run
+# What idempotent appends (and streams) cost: plain `Append` versus `Append2` with a
+# producer per connection (loadgen --idempotent, or whatever loadgen flags follow the
+# third argument, e.g. `--idempotent --streams 1000`), same build, same run, alternating
+# (ABBA). Each run
 # is a fresh static leader + follower (mTLS, loopback) under the closed-loop load
 # generator at C connections for D seconds. Prints acked writes/s per run, the
 # idempotent/plain ratio per round and its median (issue 11 asks ≥ 0.90 at 1,000). The
 # disk's own floor (fio, 4 KiB O_DIRECT write + fdatasync, queue depth 1) is measured in
 # the same run when fio is installed.
-# Usage: benches/idempotent-cost.sh [CONNECTIONS=1000] [SECONDS=10] [ROUNDS=4]
+# Usage: benches/idempotent-cost.sh [CONNECTIONS=1000] [SECONDS=10] [ROUNDS=4] [LOADGEN FLAGS...]
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 C="${1:-1000}"; D="${2:-10}"; R="${3:-4}"
+shift $(( $# < 3 ? $# : 3 ))
+FLAGS=("$@"); [ ${#FLAGS[@]} -eq 0 ] && FLAGS=(--idempotent)
 cargo build --release -q -p corelog-server -p corelog-loadgen
 B=target/release/corelog; L=target/release/corelog-loadgen
 W="$(mktemp -d -p target idempotent-cost.XXXX)"
 PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$W"; }
 trap cleanup EXIT
-echo "commit $(git rev-parse --short HEAD)$(git diff --quiet || echo '+dirty'), $(nproc) CPUs, $(date -u +%FT%TZ), $C connections, ${D}s, $R rounds"
+echo "commit $(git rev-parse --short HEAD)$(git diff --quiet || echo '+dirty'), $(nproc) CPUs, $(date -u +%FT%TZ), $C connections, ${D}s, $R rounds; B = plain + ${FLAGS[*]}"
 if command -v fio >/dev/null; then
   fio --name=floor --directory="$W" --rw=write --bs=4k --size=64m --direct=1 --fdatasync=1 \
     --ioengine=psync --runtime=5 --time_based --output-format=terse 2>/dev/null |
@@ -27,7 +31,7 @@ tls() { echo "--cert $W/certs/$1.pem --key $W/certs/$1.key --client-ca $W/certs/
 healthy() { for _ in $(seq 1 300); do curl -sf "http://127.0.0.1:$1/health" >/dev/null && return 0; sleep 0.1; done; echo "no health on :$1" >&2; return 1; }
 run_pair() { # $1 = plain|idempotent, $2 = round
   local mode=$1 d="$W/$1-$2" a b extra=()
-  [ "$mode" = idempotent ] && extra=(--idempotent)
+  [ "$mode" = idempotent ] && extra=("${FLAGS[@]}")
   # shellcheck disable=SC2046
   $B serve --role follower --data-dir "$d/b" --listen 127.0.0.1:25400 --repl-listen 127.0.0.1:25500 \
     --metrics-listen 127.0.0.1:25600 --leader-addr 127.0.0.1:24400 $(tls follower) >"$d.b.log" 2>&1 & b=$!
@@ -53,6 +57,6 @@ for r in $(seq 1 "$R"); do
   fi
   ratio=$(python3 -c "print('%.3f' % ($i/$p))")
   ratios+=("$ratio")
-  echo "round $r: plain $p acked/s (p99 ${pp99} µs, $perr errors), idempotent $i acked/s (p99 ${ip99} µs, $ierr errors, $iprod producers on the leader), ratio $ratio"
+  echo "round $r: plain $p acked/s (p99 ${pp99} µs, $perr errors), ${FLAGS[*]}: $i acked/s (p99 ${ip99} µs, $ierr errors, $iprod producers on the leader), ratio $ratio"
 done
-python3 -c "import statistics,sys; v=[float(x) for x in sys.argv[1:]]; print('idempotent/plain median ratio %.3f over %d rounds (min %.3f, max %.3f)' % (statistics.median(v), len(v), min(v), max(v)))" "${ratios[@]}"
+python3 -c "import statistics,sys; v=[float(x) for x in sys.argv[2:]]; print('(%s)/plain median ratio %.3f over %d rounds (min %.3f, max %.3f)' % (sys.argv[1], statistics.median(v), len(v), min(v), max(v)))" "${FLAGS[*]}" "${ratios[@]}"

@@ -18,12 +18,18 @@ def frame(op, req_id, body):
     return struct.pack("<IBQ", 1 + 8 + len(body), op, req_id) + body
 
 
-def record(offset, epoch, payload, flags=0, producer=None):
-    """format.md §3: version 1, or version 2 with the producer extension (id, seq)."""
+def record(offset, epoch, payload, flags=0, producer=None, stream=None):
+    """format.md §3: version 1, or version 2 with the producer extension (id, seq) and/or
+    the stream extension (name, version)."""
     ext = b"" if producer is None else struct.pack("<QQ", *producer)
-    version = 1 if producer is None else 2
+    if stream is not None:
+        name = stream[0].encode()
+        ext += struct.pack("<QB", stream[1], len(name)) + name
+    version = 1 if producer is None and stream is None else 2
     if producer is not None:
         flags |= 1
+    if stream is not None:
+        flags |= 2
     body = ext + payload
     head = b"CR" + bytes([version, flags]) + struct.pack("<IQI", len(body), offset, epoch)
     crc = zlib.crc32(head + body) & 0xFFFFFFFF
@@ -54,6 +60,12 @@ def seeds():
     s["append2_plain"] = frame(0x05, 6, b"\x00" + b"Hello World")
     s["append2_producer"] = frame(0x05, 7, b"\x01" + struct.pack("<QQ", 0xFEED, 41) + b"idem")
     s["append2_bad_flags"] = frame(0x05, 8, b"\x80x")
+    name = "order-42".encode()
+    s["append2_stream"] = frame(0x05, 9, b"\x02" + struct.pack("<H", len(name)) + name + struct.pack("<BQ", 2, 3) + b"paid")
+    s["append2_both"] = frame(
+        0x05, 10, b"\x03" + struct.pack("<QQH", 0xFEED, 42, len(name)) + name + struct.pack("<BQ", 1, 0) + b"x"
+    )
+    s["read_stream"] = frame(0x06, 11, struct.pack("<H", len(name)) + name + struct.pack("<QII", 0, 100, 1 << 20))
     # Responses.
     for role in (1, 2, 3):
         s[f"hello_ok_{role}"] = frame(0x81, 0, struct.pack("<HHHBI", 1, 0, 4, role, 7))
@@ -61,6 +73,11 @@ def seeds():
     s["appended2"] = frame(0x84, 7, struct.pack("<HQB", 0, 99, 0))
     s["appended2_dup"] = frame(0x84, 7, struct.pack("<HQB", 1, 5, 1))
     s["error_sequence_gap"] = error(7, 18, "producer 0xfeed sequence 50: this shard expects sequence 42 next")
+    s["appended2_version"] = frame(0x84, 9, struct.pack("<HQBQ", 1, 77, 2, 3))
+    m = 'stream "order-42" is at version 4, not 3 as expected'.encode()
+    s["wrong_version"] = frame(0xFF, 9, struct.pack("<HH", 21, len(m)) + m + struct.pack("<Q", 4))
+    ev = record(7, 1, b"created", stream=("order-42", 0)) + record(9, 1, b"paid", producer=(1, 2), stream=("order-42", 1))
+    s["stream_records"] = frame(0x85, 11, struct.pack("<HQQI", 0, 2, 2, 2) + ev)
     s["records"] = frame(0x83, 3, struct.pack("<HQI", 0, 5 + len(pays), len(pays)) + recs)
     s["records_empty"] = frame(0x83, 3, struct.pack("<HQI", 0, 0, 0))
     s["error_not_leader"] = error(1, 5, "10.0.0.1:9400")

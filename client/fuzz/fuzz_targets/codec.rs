@@ -15,8 +15,10 @@
 //! - `record::decode`, `record::Records` and `record::verify_run` on the whole input and
 //!   on every `Records` / `Repl::Batch` body; decoded records (versions 1 and 2) re-encode
 //!   to the same bytes and `record::peek` agrees with `record::decode`.
-//! - protocol version 2: `Append2` (with and without a producer) and `Appended2` go
-//!   through the same parse / re-encode checks as every other frame.
+//! - protocol version 2: `Append2` (with and without a producer and a stream),
+//!   `Appended2` (with and without a version), `ReadStream`, `StreamRecords` and the
+//!   `WrongExpectedVersion` error go through the same parse / re-encode checks as every
+//!   other frame; records with producer and stream extensions likewise.
 
 #![no_main]
 
@@ -69,6 +71,9 @@ fn check_response(f: &Frame<'_>, wire: &[u8]) {
     if let Response::Records { next_offset, count, records, .. } = &resp {
         check_records_body(records, next_offset.wrapping_sub(*count as u64), *count);
     }
+    if let Response::StreamRecords { records, .. } = &resp {
+        walk_records(records);
+    }
     let mut out = Vec::new();
     resp.encode(f.req_id, &mut out);
     let (f2, used) = decode_frame(&out).expect("re-encoded response decodes").expect("whole frame");
@@ -81,6 +86,16 @@ fn check_response(f: &Frame<'_>, wire: &[u8]) {
             check_error_message(m1, m2);
             if m1.len() <= MAX_ERROR_MESSAGE {
                 assert_eq!(out, wire, "error response encoding is not canonical");
+            }
+        }
+        (
+            Response::WrongVersion { current: v1, message: m1 },
+            Response::WrongVersion { current: v2, message: m2 },
+        ) => {
+            assert_eq!(v1, v2);
+            check_error_message(m1, m2);
+            if m1.len() <= MAX_ERROR_MESSAGE {
+                assert_eq!(out, wire, "WrongExpectedVersion encoding is not canonical");
             }
         }
         _ => {
@@ -124,19 +139,19 @@ fn check_repl(f: &Frame<'_>, wire: &[u8]) {
     }
 }
 
-/// A decoded record (version 1, or version 2 with the producer extension) must re-encode
+/// A decoded record (version 1, or version 2 with producer and/or stream extensions) must re-encode
 /// to the bytes it came from: the decoder checks version and flags, so the encoding is
 /// canonical.
 fn check_record(r: &RecordRef<'_>, bytes: &[u8]) {
     assert_eq!(bytes.len(), r.encoded_len());
     let mut out = Vec::new();
-    record::encode_ex(r.offset, r.epoch, r.producer, r.payload, &mut out);
+    record::encode_ex(r.offset, r.epoch, r.ext(), r.payload, &mut out);
     let (r2, n) = record::decode(&out).expect("re-encoded record decodes");
     assert_eq!(n, out.len());
     assert_eq!(&r2, r, "record decode(encode(x)) != x");
     assert_eq!(out, bytes, "record encoding is not canonical");
-    let (offset, producer, len) = record::peek(bytes).expect("a decoded record peeks");
-    assert_eq!((offset, producer, len), (r.offset, r.producer, n), "peek disagrees with decode");
+    let (offset, ext, len) = record::peek(bytes).expect("a decoded record peeks");
+    assert_eq!((offset, ext, len), (r.offset, r.ext(), n), "peek disagrees with decode");
 }
 
 fn walk_records(buf: &[u8]) {
