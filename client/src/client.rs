@@ -194,7 +194,7 @@ pub struct ClientConfig {
     tls: Option<(Arc<rustls::ClientConfig>, rustls::pki_types::ServerName<'static>)>,
     pub(crate) failover_timeout: Duration,
     pub(crate) request_timeout: Duration,
-    connect_timeout: Duration,
+    pub(crate) connect_timeout: Duration,
 }
 
 const FAILOVER_TIMEOUT: Duration = Duration::from_secs(5);
@@ -252,10 +252,10 @@ impl ClientConfig {
     }
 }
 
-trait Stream: AsyncRead + AsyncWrite + Unpin + Send {}
+pub(crate) trait Stream: AsyncRead + AsyncWrite + Unpin + Send {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send> Stream for T {}
 
-async fn open(addr: &str, cfg: &ClientConfig) -> Result<Box<dyn Stream>, Error> {
+pub(crate) async fn open(addr: &str, cfg: &ClientConfig) -> Result<Box<dyn Stream>, Error> {
     let tcp = tokio::time::timeout(cfg.connect_timeout, TcpStream::connect(addr))
         .await
         .map_err(|_| Error::Io(std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out")))??;
@@ -296,17 +296,17 @@ struct Cmd {
 }
 
 /// Reads whole frames from a stream, keeping leftovers between calls.
-struct FrameReader<R> {
+pub(crate) struct FrameReader<R> {
     r: R,
     buf: Vec<u8>,
     start: usize,
 }
 
 impl<R: AsyncRead + Unpin> FrameReader<R> {
-    fn new(r: R) -> Self {
+    pub(crate) fn new(r: R) -> Self {
         FrameReader { r, buf: Vec::with_capacity(64 * 1024), start: 0 }
     }
-    async fn next(&mut self) -> Result<Option<Reply>, Error> {
+    pub(crate) async fn next(&mut self) -> Result<Option<Reply>, Error> {
         loop {
             if let Some((f, used)) = decode_frame(&self.buf[self.start..]).map_err(Error::Codec)? {
                 let reply = Reply { op: f.op, req_id: f.req_id, body: f.body.to_vec() };
@@ -470,7 +470,7 @@ pub struct Client {
 }
 
 /// `"A,B"` → `["A", "B"]`.
-fn split_addrs(addrs: &str) -> Vec<String> {
+pub(crate) fn split_addrs(addrs: &str) -> Vec<String> {
     addrs.split(',').map(str::trim).filter(|a| !a.is_empty()).map(String::from).collect()
 }
 

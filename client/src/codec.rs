@@ -50,6 +50,9 @@ pub const APPEND_FLAG_STREAM: u8 = 0x02;
 pub const APPENDED_FLAG_DUPLICATE: u8 = 0x01;
 /// `Appended2` flag bit: the event's stream version follows.
 pub const APPENDED_FLAG_VERSION: u8 = 0x02;
+/// `Subscribe` flag bit: `name` is one stream's name and `from` a version (else `name`
+/// is a prefix and `from` an offset of the connection's shard).
+pub const SUBSCRIBE_FLAG_STREAM: u8 = 0x01;
 /// Most events one `ReadStream` may ask for.
 pub const MAX_READ_COUNT: u32 = 10_000;
 /// Expected-version kinds in `Append2` (docs/protocol.md §4).
@@ -68,6 +71,7 @@ pub mod op {
     pub const TAIL: u8 = 0x04;
     pub const APPEND2: u8 = 0x05;
     pub const READ_STREAM: u8 = 0x06;
+    pub const SUBSCRIBE: u8 = 0x07;
     pub const REPL_HELLO: u8 = 0x10;
     pub const REPL_ACK: u8 = 0x11;
     pub const REPL_JOINED: u8 = 0x12;
@@ -332,6 +336,14 @@ pub enum Request<'a> {
         max_count: u32,
         max_bytes: u32,
     },
+    /// Version 2: like `Tail`, but only the events of one stream (`stream`: `name` is
+    /// the stream, `from` a version) or of every stream whose name starts with `name`
+    /// (`from`: an offset of the connection's shard).
+    Subscribe {
+        stream: bool,
+        name: &'a [u8],
+        from: u64,
+    },
     Read {
         shard: u16,
         from: u64,
@@ -378,6 +390,14 @@ impl<'a> Request<'a> {
                 }
                 return Ok(Request::Append2 { producer, stream, payload: b.rest });
             }
+            op::SUBSCRIBE => {
+                let flags = b.u8()?;
+                if flags & !SUBSCRIBE_FLAG_STREAM != 0 {
+                    return Err(CodecError::BadBody { op: f.op, reason: "unknown Subscribe flags" });
+                }
+                let n = b.u16()? as usize;
+                Request::Subscribe { stream: flags != 0, name: b.take(n)?, from: b.u64()? }
+            }
             op::READ_STREAM => {
                 let n = b.u16()? as usize;
                 let name = b.take(n)?;
@@ -401,6 +421,14 @@ impl<'a> Request<'a> {
             }
             Request::Append { payload } => encode_append(req_id, payload, out),
             Request::Append2 { producer, stream, payload } => encode_append2(req_id, *producer, *stream, payload, out),
+            Request::Subscribe { stream, name, from } => {
+                let at = begin_frame(out, op::SUBSCRIBE, req_id);
+                out.push(if *stream { SUBSCRIBE_FLAG_STREAM } else { 0 });
+                out.extend_from_slice(&(name.len() as u16).to_le_bytes());
+                out.extend_from_slice(name);
+                out.extend_from_slice(&from.to_le_bytes());
+                finish_frame(out, at);
+            }
             Request::ReadStream { name, from_version, max_count, max_bytes } => {
                 let at = begin_frame(out, op::READ_STREAM, req_id);
                 out.extend_from_slice(&(name.len() as u16).to_le_bytes());
@@ -969,6 +997,8 @@ mod tests {
             payload: b"",
         });
         roundtrip_req(Request::ReadStream { name: b"order-42", from_version: 5, max_count: 10, max_bytes: 4096 });
+        roundtrip_req(Request::Subscribe { stream: true, name: b"order-42", from: 3 });
+        roundtrip_req(Request::Subscribe { stream: false, name: b"", from: u64::MAX });
         roundtrip_req(Request::Read { shard: 3, from: 99, max_bytes: 4096 });
         roundtrip_req(Request::Tail { shard: 1, from: u64::MAX });
     }

@@ -6,15 +6,18 @@
 //! - [`Client`] / [`Tail`]: the tokio client an application uses.
 //! - [`Producer`]: idempotent appends (never stored twice; unknown outcomes sent again).
 //! - [`Client::append_to`] / [`Client::read_stream`]: streams with expected versions.
+//! - [`Subscription`]: a stream's or a prefix's events, catch-up then live.
 
 mod client;
 pub mod codec;
 pub mod producer;
 pub mod record;
 mod streams;
+pub mod subscribe;
 pub mod tls;
 
 pub use client::{shard_addr, Client, ClientConfig, Error, Outcome, Position, Record, ServerInfo, StreamVersion, Tail};
 pub use codec::{ErrorCode, Expect, ProducerSeq, Role};
 pub use producer::{Appended, Producer};
 pub use streams::{StreamAppended, StreamRead};
+pub use subscribe::{Event, Subscription};

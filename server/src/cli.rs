@@ -4,7 +4,7 @@
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
 
-use corelog_client::{Client, ClientConfig, Expect, Producer, Tail};
+use corelog_client::{Client, ClientConfig, Expect, Producer, Subscription, Tail};
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct ConnArgs {
@@ -252,6 +252,44 @@ pub fn tail(conn: &ConnArgs, shard: u16, from: u64, count: Option<u64>, hex: boo
                 }
                 None => break,
             }
+        }
+        Ok(())
+    })
+}
+
+/// What `corelog tail --stream | --prefix` follows.
+pub enum Follow {
+    Stream(String, u64),
+    Prefix(String),
+}
+
+/// Follows a stream or a prefix (a subscription); stops after `count` events when given.
+pub fn subscribe(conn: &ConnArgs, what: Follow, count: Option<u64>, hex: bool) -> Result<(), String> {
+    let cfg = conn.config()?;
+    runtime().block_on(async {
+        let mut sub = match &what {
+            Follow::Stream(name, v) => Subscription::stream(&conn.addr, &cfg, name, *v).await,
+            Follow::Prefix(p) => Subscription::prefix(&conn.addr, &cfg, p, &Default::default()).await,
+        }
+        .map_err(|e| e.to_string())?;
+        let mut out = std::io::stdout();
+        let mut n = 0;
+        while count.is_none_or(|c| n < c) {
+            let Some(e) = sub.next().await.map_err(|e| e.to_string())? else { break };
+            let s = e.record.stream.as_ref().ok_or("an event without a stream")?;
+            let mut o = out.lock();
+            let head = match what {
+                Follow::Stream(..) => format!("{}\t", s.version),
+                Follow::Prefix(_) => format!("{}\t{}\t{}\t", e.shard, e.record.offset, s.name),
+            };
+            write!(o, "{head}").map_err(|e| e.to_string())?;
+            match what {
+                Follow::Stream(..) => print_record(&mut o, e.record.offset, &e.record.payload, hex)?,
+                Follow::Prefix(_) => print_record(&mut o, s.version, &e.record.payload, hex)?,
+            }
+            drop(o);
+            let _ = out.flush();
+            n += 1;
         }
         Ok(())
     })

@@ -61,14 +61,25 @@ enum Cmd {
         #[arg(long)]
         hex: bool,
     },
-    /// Follow a shard live from an offset.
+    /// Follow a shard live from an offset; or one stream (--stream:
+    /// `version<TAB>offset<TAB>payload`), or every stream whose name starts with a prefix
+    /// on every shard (--prefix: `shard<TAB>offset<TAB>stream<TAB>version<TAB>payload`).
     Tail {
         #[command(flatten)]
         conn: ConnArgs,
-        #[arg(long, default_value_t = 0)]
+        #[arg(long, default_value_t = 0, conflicts_with_all = ["stream", "prefix"])]
         shard: u16,
-        #[arg(long, default_value_t = 0)]
+        #[arg(long, default_value_t = 0, conflicts_with_all = ["stream", "prefix"])]
         from: u64,
+        /// Follow this stream's events.
+        #[arg(long, conflicts_with = "prefix")]
+        stream: Option<String>,
+        /// With --stream: the first version.
+        #[arg(long, default_value_t = 0, requires = "stream")]
+        from_version: u64,
+        /// Follow the events of every stream whose name starts with this ("" for all).
+        #[arg(long)]
+        prefix: Option<String>,
         /// Stop after this many records.
         #[arg(long)]
         count: Option<u64>,
@@ -328,7 +339,13 @@ fn main() {
             cli::read_stream(&conn, &name, from_version, limit, hex)
         }
         Cmd::Read { conn, shard, from, limit, hex, .. } => cli::read(&conn, shard, from, limit, hex),
-        Cmd::Tail { conn, shard, from, count, hex } => cli::tail(&conn, shard, from, count, hex),
+        Cmd::Tail { conn, stream: Some(name), from_version, count, hex, .. } => {
+            cli::subscribe(&conn, cli::Follow::Stream(name, from_version), count, hex)
+        }
+        Cmd::Tail { conn, prefix: Some(p), count, hex, .. } => {
+            cli::subscribe(&conn, cli::Follow::Prefix(p), count, hex)
+        }
+        Cmd::Tail { conn, shard, from, count, hex, .. } => cli::tail(&conn, shard, from, count, hex),
         Cmd::Inspect { data_dirs, compare } => std::process::exit(match (compare, &data_dirs[..]) {
             (false, [d]) => inspect::run(d),
             (true, [a, b]) => inspect::compare(a, b),

@@ -149,23 +149,18 @@ async fn read_loop(
                 Request::Tail { shard: s, from } => {
                     check_shard(shard, s, req_id)?;
                     rd.consume(used);
-                    if !rd.data().is_empty() {
-                        return Err((ErrorCode::Unexpected, "no request may follow Tail".into(), req_id));
-                    }
-                    let stop = Rc::new(Cell::new(false));
-                    let t = glommio::spawn_local(tail(shard.clone(), out.clone(), from, req_id, stop.clone()));
-                    // Anything after a Tail is a protocol error; a close ends the tail.
-                    let r = match rd.fill().await {
-                        Ok(true) => Err((ErrorCode::Unexpected, "no request may follow Tail".into(), req_id)),
-                        _ => Ok(()),
+                    return push_until_closed(shard, rd, out, req_id, from, None).await;
+                }
+                Request::Subscribe { stream, name, from } => {
+                    need_v2(version, "Subscribe", req_id)?;
+                    let filter = match subscription(shard, stream, name, from) {
+                        Ok(f) => f,
+                        // A refused subscription ends the connection (nothing may follow).
+                        Err(Refused::Error(code, msg)) => return Err((code, msg, req_id)),
+                        Err(Refused::WrongVersion { msg, .. }) => return Err((ErrorCode::BadRequest, msg, req_id)),
                     };
-                    // Stop the push stream first, so that the error (sent by the caller)
-                    // is the last frame of the connection.
-                    stop.set(true);
-                    shard.durable_ev.notify();
-                    out.drained.notify();
-                    t.await;
-                    return r;
+                    rd.consume(used);
+                    return push_until_closed(shard, rd, out, req_id, filter.0, Some(filter.1)).await;
                 }
             }
             rd.consume(used);
@@ -298,9 +293,94 @@ fn check_shard(shard: &Shard, s: u16, req_id: u64) -> Result<(), Fail> {
     Err((ErrorCode::NoSuchShard, msg, req_id))
 }
 
-/// Pushes committed records from `from` as they become durable, until the connection
-/// closes. Bounded by `MAX_OUT_BYTES` of unsent responses.
-async fn tail(shard: Rc<Shard>, out: Rc<ConnOut>, from: u64, req_id: u64, stop: Rc<Cell<bool>>) {
+/// The start offset and filter of a `Subscribe`.
+fn subscription(shard: &Shard, stream: bool, name: &[u8], from: u64) -> Result<(u64, Filter), Refused> {
+    if !stream {
+        let prefix = std::str::from_utf8(name)
+            .map_err(|e| Refused::Error(ErrorCode::BadRequest, format!("prefix is not UTF-8 ({e})")))?;
+        return Ok((from, Filter::Prefix(prefix.to_string())));
+    }
+    let (name, _) = check_stream(shard, StreamReq { name, expect_kind: 0, expected: 0 })?;
+    // From the event with version `from`, or — if the stream has none yet — from the
+    // next offset to be handed out: every later event of the stream is there or above.
+    let start = shard.with_index(|t| t.streams.offsets(name, from, u64::MAX, 1).0.first().copied());
+    Ok((start.unwrap_or(shard.assigned()), Filter::Stream { name: name.to_string(), from_version: from }))
+}
+
+/// Turns the connection into a push stream (`Tail`, `Subscribe`) until the client closes
+/// it; any byte it sends ends the stream with `Unexpected`.
+async fn push_until_closed(
+    shard: &Rc<Shard>,
+    rd: &mut tls_io::Reader,
+    out: &Rc<ConnOut>,
+    req_id: u64,
+    from: u64,
+    filter: Option<Filter>,
+) -> Result<(), Fail> {
+    if !rd.data().is_empty() {
+        return Err((ErrorCode::Unexpected, "no request may follow Tail or Subscribe".into(), req_id));
+    }
+    let stop = Rc::new(Cell::new(false));
+    let t = glommio::spawn_local(tail(shard.clone(), out.clone(), from, req_id, stop.clone(), filter));
+    // Anything after a Tail is a protocol error; a close ends the tail.
+    let r = match rd.fill().await {
+        Ok(true) => Err((ErrorCode::Unexpected, "no request may follow Tail or Subscribe".into(), req_id)),
+        _ => Ok(()),
+    };
+    // Stop the push stream first, so that the error (sent by the caller) is the last
+    // frame of the connection.
+    stop.set(true);
+    shard.durable_ev.notify();
+    out.drained.notify();
+    t.await;
+    r
+}
+
+/// Which records a subscription pushes.
+enum Filter {
+    /// Events of one stream from a version on.
+    Stream { name: String, from_version: u64 },
+    /// Events of every stream whose name starts with this.
+    Prefix(String),
+}
+
+impl Filter {
+    fn keeps(&self, r: &corelog_client::record::RecordRef<'_>) -> bool {
+        match (self, r.stream) {
+            (_, None) => false,
+            (Filter::Stream { name, from_version }, Some(s)) => s.name == name && s.version >= *from_version,
+            (Filter::Prefix(p), Some(s)) => s.name.starts_with(p.as_str()),
+        }
+    }
+}
+
+/// The records of `recs` that `filter` keeps (all with none), and how many.
+fn filtered<'a>(recs: &'a [u8], count: u32, filter: Option<&Filter>) -> (std::borrow::Cow<'a, [u8]>, u32) {
+    let Some(f) = filter else { return (recs.into(), count) };
+    let mut kept = Vec::new();
+    let mut n = 0;
+    let mut p = 0;
+    // Verified by the log's read: a decoding error cannot happen here.
+    while let Ok((r, len)) = corelog_client::record::decode(&recs[p..]) {
+        if f.keeps(&r) {
+            kept.extend_from_slice(&recs[p..p + len]);
+            n += 1;
+        }
+        p += len;
+    }
+    (kept.into(), n)
+}
+
+/// Pushes committed records from `from` as they become durable (only those `filter`
+/// keeps), until the connection closes. Bounded by `MAX_OUT_BYTES` of unsent responses.
+async fn tail(
+    shard: Rc<Shard>,
+    out: Rc<ConnOut>,
+    from: u64,
+    req_id: u64,
+    stop: Rc<Cell<bool>>,
+    filter: Option<Filter>,
+) {
     let mut at = from.max(shard.log.first_offset());
     while !out.closed.get() && !stop.get() {
         if out.buf.borrow().len() >= MAX_OUT_BYTES {
@@ -315,9 +395,12 @@ async fn tail(shard: Rc<Shard>, out: Rc<ConnOut>, from: u64, req_id: u64, stop: 
         match shard.log.read(at, end, TAIL_CHUNK).await {
             Ok((recs, count)) if count > 0 => {
                 at += count as u64;
-                Response::Records { shard: shard.id(), next_offset: at, count, records: &recs }
-                    .encode(req_id, &mut out.buf.borrow_mut());
-                out.wake.notify();
+                let (recs, count) = filtered(&recs, count, filter.as_ref());
+                if count > 0 {
+                    Response::Records { shard: shard.id(), next_offset: at, count, records: &recs }
+                        .encode(req_id, &mut out.buf.borrow_mut());
+                    out.wake.notify();
+                }
             }
             Ok(_) => shard.durable_ev.wait().await,
             Err(e) => {
