@@ -78,6 +78,9 @@ struct Seqs {
     failed: BTreeSet<u64>,
     /// A conditional stream append is in flight: nothing else is sent meanwhile.
     exclusive: bool,
+    /// Conditional stream appends waiting for the producer to drain: no new sequence is
+    /// handed to anything else meanwhile (else steady pipelining would starve them).
+    want_exclusive: usize,
 }
 
 type Sent = Result<(Arc<Conn>, oneshot::Receiver<Result<Reply, Error>>), Error>;
@@ -92,6 +95,8 @@ pub struct Producer {
     turn: Notify,
     stopped: AtomicBool,
     retries: AtomicU64,
+    /// The node's shard count (streams are placed by it), from the first `HelloOk`.
+    shard_count: u16,
 }
 
 impl Producer {
@@ -111,6 +116,7 @@ impl Producer {
         next_seq: u64,
     ) -> Result<Producer, Error> {
         let client = Client::connect_shard(addrs, shard, cfg).await?;
+        let shard_count = client.info().await.shard_count.max(1);
         Ok(Producer {
             client,
             id,
@@ -120,7 +126,9 @@ impl Producer {
                 pending: BTreeSet::new(),
                 failed: BTreeSet::new(),
                 exclusive: false,
+                want_exclusive: 0,
             }),
+            shard_count,
             turn: Notify::new(),
             stopped: AtomicBool::new(false),
             retries: AtomicU64::new(0),
@@ -156,8 +164,7 @@ impl Producer {
     /// the stream meets `expect`. `Error::WrongExpectedVersion` leaves the producer usable.
     pub async fn append_to(&self, stream: &str, expect: Expect, payload: &[u8]) -> Result<Appended, Error> {
         crate::record::check_stream_name(stream.as_bytes()).map_err(Error::Protocol)?;
-        let count = self.client.info().await.shard_count.max(1);
-        let home = codec::stream_shard(stream.as_bytes(), count);
+        let home = codec::stream_shard(stream.as_bytes(), self.shard_count);
         if home != self.shard {
             return Err(Error::Protocol(format!(
                 "stream {stream:?} lives on shard {home}; this producer appends to shard {}",
@@ -172,9 +179,10 @@ impl Producer {
             return Err(Error::Codec(codec::CodecError::PayloadTooLarge(payload.len())));
         }
         let exclusive = stream.is_some_and(|s| s.expect() != Ok(Expect::Any));
-        // Sequence numbers and first sends in the same order, under one lock; a new
-        // sequence only within `WINDOW` of the lowest unsettled one, whose position the
-        // shard must still remember if it is a duplicate.
+        let mut waiting = false; // counted in `want_exclusive`
+                                 // Sequence numbers and first sends in the same order, under one lock; a new
+                                 // sequence only within `WINDOW` of the lowest unsettled one, whose position the
+                                 // shard must still remember if it is a duplicate.
         let (seq, frame, first) = loop {
             let notified = self.turn.notified();
             tokio::pin!(notified);
@@ -183,11 +191,20 @@ impl Producer {
             if self.stopped.load(Ordering::Acquire) {
                 return Err(self.stopped_error());
             }
-            let busy = g.exclusive || (exclusive && !g.pending.is_empty());
+            // A conditional append goes when nothing is in flight; a plain one not while
+            // a conditional one is in flight or waiting for its turn.
+            let busy = g.exclusive || if exclusive { !g.pending.is_empty() } else { g.want_exclusive > 0 };
             if busy || !g.failed.is_empty() || g.pending.first().is_some_and(|&low| g.next - low >= WINDOW as u64) {
+                if exclusive && !waiting {
+                    waiting = true;
+                    g.want_exclusive += 1;
+                }
                 drop(g);
                 notified.await;
                 continue;
+            }
+            if waiting {
+                g.want_exclusive -= 1;
             }
             let seq = g.next;
             g.next += 1;
@@ -198,11 +215,13 @@ impl Producer {
             let first = self.send(&frame).await;
             break (seq, frame, first);
         };
-        let r = self.complete(seq, &frame, first).await;
+        let (r, resent) = self.complete(seq, &frame, first).await;
         let mut g = self.seqs.lock().await;
         match &r {
-            // Nothing was written and nothing else was sent since: the sequence is free.
-            Err(Error::WrongExpectedVersion { .. }) if exclusive && g.next == seq + 1 => g.next = seq,
+            // Refused at its only send, and nothing else was sent since: nothing with this
+            // sequence can be written any more, so the sequence is free. (After a re-send
+            // an earlier attempt might still be in flight somewhere: stop instead.)
+            Err(Error::WrongExpectedVersion { .. }) if exclusive && !resent && g.next == seq + 1 => g.next = seq,
             Err(_) => self.stopped.store(true, Ordering::Release),
             Ok(_) => {}
         }
@@ -225,7 +244,14 @@ impl Producer {
     /// Waits for the answer to `first`; after a failure that is retried, sends again —
     /// in sequence order: only the lowest pending sequence is re-sent, so that retries
     /// do not arrive out of order and refuse each other (`SequenceGap`) for ever.
-    async fn complete(&self, seq: u64, frame: &[u8], first: Sent) -> Result<Appended, Error> {
+    /// Also says whether the append was sent more than once.
+    async fn complete(&self, seq: u64, frame: &[u8], first: Sent) -> (Result<Appended, Error>, bool) {
+        let mut resent = false;
+        let r = self.complete_inner(seq, frame, first, &mut resent).await;
+        (r, resent)
+    }
+
+    async fn complete_inner(&self, seq: u64, frame: &[u8], first: Sent, resent: &mut bool) -> Result<Appended, Error> {
         let timeout = self.client.cfg.request_timeout;
         let mut give_up: Option<Instant> = None;
         let mut backoff = Duration::from_millis(20);
@@ -273,6 +299,7 @@ impl Producer {
                 backoff = (backoff * 2).min(Duration::from_millis(200));
             }
             self.retries.fetch_add(1, Ordering::Relaxed);
+            *resent = true;
             sent = self.send(frame).await;
         }
     }

@@ -28,7 +28,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 
 use crate::client::{open, shard_addr, split_addrs, to_records, Client, ClientConfig, Error, FrameReader, Record};
-use crate::codec::{self, Request, Response, PROTOCOL_VERSION};
+use crate::codec::{self, Request, Response, Role, PROTOCOL_VERSION};
 
 /// Events buffered between the connections' readers and `next`.
 const QUEUE: usize = 4096;
@@ -45,6 +45,8 @@ pub struct Subscription {
     rx: mpsc::Receiver<Result<Event, Error>>,
     positions: HashMap<u16, u64>,
     next_version: u64,
+    /// The stream of a stream subscription (its versions must follow each other).
+    stream: Option<String>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
@@ -70,7 +72,8 @@ impl Subscription {
         let req = Request::Subscribe { stream: true, name: stream.as_bytes(), from: from_version };
         let (tx, rx) = mpsc::channel(QUEUE);
         let task = feed(addr, cfg, shard, req, tx).await?;
-        Ok(Subscription { rx, positions: HashMap::new(), next_version: from_version, tasks: vec![task] })
+        let (stream, next_version) = (Some(stream.to_string()), from_version);
+        Ok(Subscription { rx, positions: HashMap::new(), next_version, stream, tasks: vec![task] })
     }
 
     /// The events of every stream whose name starts with `prefix` (all streams: `""`), on
@@ -84,13 +87,14 @@ impl Subscription {
     ) -> Result<Subscription, Error> {
         let count = Client::connect(addr, cfg).await?.info().await.shard_count.max(1);
         let (tx, rx) = mpsc::channel(QUEUE);
-        let mut tasks = Vec::new();
+        let mut sub = Subscription { rx, positions: from.clone(), next_version: 0, stream: None, tasks: Vec::new() };
         for shard in 0..count {
             let at = from.get(&shard).copied().unwrap_or(0);
             let req = Request::Subscribe { stream: false, name: prefix.as_bytes(), from: at };
-            tasks.push(feed(addr, cfg, shard, req, tx.clone()).await?);
+            // On an error `sub` is dropped, which stops the feeds already started.
+            sub.tasks.push(feed(addr, cfg, shard, req, tx.clone()).await?);
         }
-        Ok(Subscription { rx, positions: from.clone(), next_version: 0, tasks })
+        Ok(sub)
     }
 
     /// The next event. A server never ends a subscription by itself, so a closed or lost
@@ -101,6 +105,13 @@ impl Subscription {
             None => Ok(None),
             Some(Err(e)) => Err(e),
             Some(Ok(e)) => {
+                if let (Some(name), Some(s)) = (&self.stream, &e.record.stream) {
+                    if s.name != *name || s.version != self.next_version {
+                        let got = format!("{:?} version {}", s.name, s.version);
+                        let want = format!("{name:?} version {}", self.next_version);
+                        return Err(Error::Protocol(format!("subscription got {got} where {want} was due")));
+                    }
+                }
                 self.positions.insert(e.shard, e.record.offset + 1);
                 if let Some(s) = &e.record.stream {
                     self.next_version = s.version + 1;
@@ -121,8 +132,9 @@ impl Subscription {
     }
 }
 
-/// Opens `shard`'s direct port on the first node of `addr` that answers, sends `req`,
-/// and starts a task that forwards the pushed events to `tx`.
+/// Opens `shard`'s direct port on the first node of `addr` that answers as leader (only
+/// a leader serves subscriptions), sends `req`, and starts a task that forwards the
+/// pushed events to `tx`.
 async fn feed(
     addr: &str,
     cfg: &ClientConfig,
@@ -151,7 +163,14 @@ async fn feed(
         req.encode(1, &mut out);
         w.write_all(&out).await?;
         let hello = reader.next().await?.ok_or(Error::Closed)?;
-        hello.response()?;
+        match hello.response()? {
+            Response::HelloOk { role: Role::Leader, .. } => {}
+            Response::HelloOk { role, .. } => {
+                errs.push(format!("{direct}: {} (subscriptions are served by the leader)", role.name()));
+                continue;
+            }
+            _ => return Err(Error::Protocol("expected HelloOk".into())),
+        }
         return Ok(tokio::spawn(async move {
             let _writer = w; // closing it would end the subscription
             loop {

@@ -37,9 +37,61 @@ impl LogIndex {
         }
     }
 
+    /// Whether feeding `records` (verified) would keep every stream's versions in line:
+    /// each event's version the next of its stream. `note_run` asserts it.
+    pub fn check_run(&self, records: &[u8]) -> Result<(), String> {
+        let mut next: std::collections::HashMap<&str, u64> = std::collections::HashMap::new();
+        let mut at = 0;
+        while at < records.len() {
+            let (offset, ext, n) = record::peek(&records[at..]).map_err(|e| e.to_string())?;
+            if let Some(s) = ext.stream {
+                let want = next.entry(s.name).or_insert_with(|| self.streams.current(s.name).map_or(0, |v| v + 1));
+                if s.version != *want {
+                    return Err(format!(
+                        "record {offset} is version {} of stream {:?}, whose next version here is {want}",
+                        s.version, s.name
+                    ));
+                }
+                *want += 1;
+            }
+            at += n;
+        }
+        Ok(())
+    }
+
     /// Offsets from `from` on were handed out again.
     pub fn forget_from(&mut self, from: u64) {
         self.producers.forget_from(from);
         self.streams.forget_from(from);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use corelog_client::record::{encode_ex, StreamPos};
+
+    fn run(first: u64, events: &[(&str, u64)]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for (i, (name, version)) in events.iter().enumerate() {
+            let ext = Ext { producer: None, stream: Some(StreamPos { name, version: *version }) };
+            encode_ex(first + i as u64, 1, ext, b"x", &mut out);
+        }
+        out
+    }
+
+    #[test]
+    fn check_run_accepts_next_versions_and_refuses_others() {
+        let mut t = LogIndex::new(10);
+        let a = run(0, &[("a", 0), ("b", 0), ("a", 1)]);
+        assert_eq!(t.check_run(&a), Ok(()));
+        t.note_run(&a);
+        assert_eq!(t.check_run(&run(3, &[("a", 2), ("a", 3), ("c", 0)])), Ok(()));
+        let e = t.check_run(&run(3, &[("a", 2), ("a", 2)])).unwrap_err();
+        assert!(e.contains("record 4 is version 2 of stream \"a\", whose next version here is 3"), "{e}");
+        assert!(t.check_run(&run(3, &[("b", 5)])).is_err());
+        assert!(t.check_run(&run(3, &[("d", 1)])).is_err(), "a new stream starts at 0");
+        // Nothing was noted by the checks.
+        assert_eq!(t.streams.current("a"), Some(1));
     }
 }

@@ -13,6 +13,7 @@ pub mod control;
 pub mod coord;
 pub mod index;
 pub mod inspect;
+pub mod logging;
 pub mod metrics;
 pub mod net;
 pub mod node;
@@ -28,6 +29,10 @@ pub mod workload;
 /// Stops the process on an unrecoverable error (fsync/write failure, corruption found
 /// while running): one clear line, non-zero exit, nothing acknowledged after it.
 pub fn fatal(msg: &str) -> ! {
-    eprintln!("corelog: FATAL: {msg}");
+    if log::log_enabled!(log::Level::Error) {
+        log::error!("FATAL: {msg}");
+    } else {
+        eprintln!("corelog: FATAL: {msg}"); // not serving: no logger installed
+    }
     std::process::exit(70)
 }

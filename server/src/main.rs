@@ -137,6 +137,10 @@ enum AdminCmd {
 struct ServeArgs {
     #[arg(long)]
     data_dir: PathBuf,
+    /// Log lines on stderr: `text` (`<UTC timestamp> <LEVEL> <message>`) or `json` (one
+    /// object per line: ts, level, msg).
+    #[arg(long, value_enum, default_value = "text")]
+    log_format: corelog_server::logging::Format,
     /// Client address; shard s also listens on port+1+s (its direct port).
     #[arg(long, default_value = "127.0.0.1:9400")]
     listen: SocketAddr,
@@ -326,12 +330,15 @@ fn main() {
     // A panic anywhere (e.g. an executor thread) stops the whole process: never serve
     // with a dead shard behind a healthy /health.
     std::panic::set_hook(Box::new(|info| {
-        eprintln!("corelog: FATAL: {info}");
-        std::process::exit(70);
+        corelog_server::fatal(&info.to_string());
     }));
     let cli = Cli::parse();
+    let serving = matches!(cli.cmd, Cmd::Serve(_));
     let r: Result<(), String> = match cli.cmd {
-        Cmd::Serve(a) => serve_config(*a).and_then(node::serve),
+        Cmd::Serve(a) => {
+            corelog_server::logging::init(a.log_format);
+            serve_config(*a).and_then(node::serve)
+        }
         Cmd::Certs { out, names } => certs::generate(&out, &names)
             .map(|_| println!("wrote CA, server, follower and client certificates to {}", out.display())),
         Cmd::Append { conn, idem, stream, payloads } => cli::append(&conn, &idem, &stream, &payloads),
@@ -364,7 +371,11 @@ fn main() {
         }),
     };
     if let Err(e) = r {
-        eprintln!("corelog: error: {e}");
+        if serving {
+            log::error!("error: {e}");
+        } else {
+            eprintln!("corelog: error: {e}");
+        }
         std::process::exit(1);
     }
 }

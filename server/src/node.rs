@@ -136,7 +136,7 @@ pub fn serve(mut cfg: ServeConfig) -> Result<(), String> {
     .spawn()?;
     if client_tls.is_some() || repl_server.is_some() {
         // Probed once here (a throwaway loopback socket per cipher), before any shard.
-        eprintln!("corelog: {}", crate::net::ktls::status_line());
+        log::info!("{}", crate::net::ktls::status_line());
     }
     let handle = metrics::install();
     let metrics_addr = match cfg.metrics_listen {
@@ -145,7 +145,7 @@ pub fn serve(mut cfg: ServeConfig) -> Result<(), String> {
     };
     let ncpu = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     let cap = listener::ConnCap::new(cfg.max_connections.unwrap_or_else(listener::ConnCap::default_max));
-    eprintln!("corelog: at most {} client connections in this process (--max-connections)", cap.max);
+    log::info!("at most {} client connections in this process (--max-connections)", cap.max);
     let (tx, rx) = mpsc::channel::<Result<String, String>>();
     let mut joins = Vec::new();
     for (slot, &id) in cfg.shards.iter().enumerate() {
@@ -181,11 +181,11 @@ pub fn serve(mut cfg: ServeConfig) -> Result<(), String> {
     drop(tx);
     for _ in &cfg.shards {
         match rx.recv() {
-            Ok(Ok(line)) => eprintln!("corelog: {line}"),
+            Ok(Ok(line)) => log::info!("{line}"),
             Ok(Err(e)) if cfg.coord.is_some() && cfg.role == NodeRole::Leader && control::any_repair_mark() => {
                 // Won the term, then found damage: the mark is on disk now; the next
                 // image does not lead (it waits for the peer to take over and follows).
-                eprintln!("corelog: {e}");
+                log::warn!("{e}");
                 crate::coord::reexec(&ctl, "a shard is damaged and cannot lead");
             }
             Ok(Err(e)) => return Err(e),
@@ -198,8 +198,8 @@ pub fn serve(mut cfg: ServeConfig) -> Result<(), String> {
         (Some(_), false) => "mTLS (userspace rustls)",
         (None, _) => "PLAINTEXT (--insecure)",
     };
-    eprintln!(
-        "corelog: ready: role {:?}, shards {:?} of {}, clients on {} ({tls_mode}), metrics on {}",
+    log::info!(
+        "ready: role {:?}, shards {:?} of {}, clients on {} ({tls_mode}), metrics on {}",
         cfg.role,
         cfg.shards,
         cfg.shard_count,
@@ -251,7 +251,16 @@ async fn start_shard(
     wal::probe::prime_iopoll_probe(&dir).await?;
     // The boot scan also rebuilds the idempotent producers' table and the stream index.
     let mut index = LogIndex::new(cfg.max_producers);
-    let scan = recovery::scan_with(id, &dir, &mut |recs| index.note_run(recs)).map_err(|e| e.to_string())?;
+    let mut bad = None;
+    let scan = recovery::scan_with(id, &dir, &mut |recs| match index.check_run(recs) {
+        Ok(()) if bad.is_none() => index.note_run(recs),
+        Ok(()) => {}
+        Err(e) => bad = bad.take().or(Some(e)),
+    })
+    .map_err(|e| e.to_string())?;
+    if let Some(e) = bad {
+        return Err(format!("shard {id}: the log's stream versions are inconsistent ({e}); refusing to start"));
+    }
     let mark = control::read_repair_mark(&dir)?;
     if let Some(d) = &scan.damage {
         // Possibly acknowledged records are damaged: only a follower may cut them (its
@@ -264,12 +273,12 @@ async fn start_shard(
         }
         let t = scan.torn.as_ref().expect("a damaged tail has bytes to zero");
         recovery::repair(t)?;
-        eprintln!(
-            "corelog: shard {id}: {d}; this node follows: the batch is cut and fetched again from the leader (marked needs-repair from offset {from}: it does not lead until it has caught up)"
+        log::warn!(
+            "shard {id}: {d}; this node follows: the batch is cut and fetched again from the leader (marked needs-repair from offset {from}: it does not lead until it has caught up)"
         );
     } else if let Some(t) = &scan.torn {
         let what = recovery::repair(t)?;
-        eprintln!("corelog: shard {id}: {what}");
+        log::info!("shard {id}: {what}");
     }
     if let (Some(m), None) = (mark, &scan.damage) {
         if cfg.role != NodeRole::Follower {
@@ -279,9 +288,7 @@ async fn start_shard(
                 cfg.data_dir.display()
             ));
         }
-        eprintln!(
-            "corelog: shard {id}: marked needs-repair from offset {m}: following until caught up with the leader"
-        );
+        log::warn!("shard {id}: marked needs-repair from offset {m}: following until caught up with the leader");
     }
     let stored_epoch = control::read_epoch(&dir)?;
     let log = Rc::new(wal::Log::open(&dir, &scan, cfg.segment_bytes).await.map_err(|e| format!("open log: {e}"))?);

@@ -287,7 +287,7 @@ impl Shard {
     /// Stops leading for good (this process): refuses appends, fails waiting ones.
     pub fn fence(&self, why: &str) {
         if self.role.get() == Role::Leader {
-            eprintln!("corelog: shard {}: FENCED: {why}; refusing appends until restarted as follower", self.id());
+            log::warn!("shard {}: FENCED: {why}; refusing appends until restarted as follower", self.id());
             self.role.set(Role::Fenced);
             self.role_changed();
         }
@@ -299,7 +299,7 @@ impl Shard {
         if epoch > self.epoch.get() {
             crate::control::write_epoch(shard_dir, epoch)?;
             self.epoch.set(epoch);
-            eprintln!("corelog: shard {}: now at epoch {epoch}", self.id());
+            log::info!("shard {}: now at epoch {epoch}", self.id());
         }
         Ok(())
     }
@@ -313,7 +313,7 @@ impl Shard {
         self.follower_progress.set(Instant::now());
         self.link_up.set(true);
         if !self.accepted.get() {
-            eprintln!("corelog: shard {}: epoch {} accepted by the follower; writing appends", self.id(), self.epoch());
+            log::info!("shard {}: epoch {} accepted by the follower; writing appends", self.id(), self.epoch());
             self.accepted.set(true);
             self.metrics.appends_held.set(0.0);
             self.accepted_ev.notify();
@@ -366,7 +366,8 @@ impl Shard {
         self.next_assign.get()
     }
 
-    fn refuse(&self) -> Option<(ErrorCode, String)> {
+    /// Why this node takes no appends (or subscriptions) now, if it does not.
+    pub fn refuse(&self) -> Option<(ErrorCode, String)> {
         match self.role.get() {
             Role::Leader => None,
             Role::Follower => Some((ErrorCode::NotLeader, self.cfg.leader_addr.clone().unwrap_or_default())),
@@ -512,8 +513,15 @@ impl Shard {
         }
     }
 
-    /// Follower side: stage records received from the leader (already verified; the
-    /// caller waited for room with `wait_stage_space`).
+    /// Follower side: whether a verified batch from the leader fits the stream index
+    /// (each event's version the next of its stream). A mismatch means the two logs
+    /// disagree: the batch is refused (the link drops) instead of crashing the node.
+    pub fn check_replicated(&self, records: &[u8]) -> Result<(), String> {
+        self.index.borrow().check_run(records)
+    }
+
+    /// Follower side: stage records received from the leader (already verified and
+    /// checked with `check_replicated`; the caller waited for room with `wait_stage_space`).
     pub fn stage_replicated(&self, first_offset: u64, count: u32, records: &[u8]) {
         assert_eq!(first_offset, self.next_assign.get(), "replicated batch out of order");
         let mut staged = self.staged.borrow_mut();

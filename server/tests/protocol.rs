@@ -459,3 +459,51 @@ fn generated_certificates_pass_a_strict_rfc5280_verification() {
         );
     }
 }
+
+/// `YYYY-MM-DDThh:mm:ss.uuuuuuZ`.
+fn is_timestamp(s: &str) -> bool {
+    let b = s.as_bytes();
+    b.len() == 27
+        && b.iter().enumerate().all(|(i, c)| match i {
+            4 | 7 => *c == b'-',
+            10 => *c == b'T',
+            13 | 16 => *c == b':',
+            19 => *c == b'.',
+            26 => *c == b'Z',
+            _ => c.is_ascii_digit(),
+        })
+}
+
+/// Every line a serving node writes carries a UTC timestamp and a level, as text or
+/// (`--log-format json`) as one JSON object per line; the start-up lines operators look
+/// for (recovery, ready) are among them.
+#[test]
+fn server_log_lines_carry_a_timestamp_and_a_level() {
+    for json in [false, true] {
+        let dir = TempDir::new(if json { "log_json" } else { "log_text" });
+        let extra: &[&str] = if json { &["--log-format", "json"] } else { &[] };
+        let mut n = node(&dir, None, extra);
+        n.start();
+        common::pair::wait_log(&n, "ready: role");
+        n.kill9();
+        let text = n.log_text();
+        let lines: Vec<&str> = text.lines().filter(|l| !l.starts_with("---- start")).collect();
+        for l in &lines {
+            let (ts, level, msg) = if json {
+                let v: serde_json::Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("{l:?}: {e}"));
+                let s = |k: &str| v[k].as_str().unwrap_or_else(|| panic!("{l:?}: no {k}")).to_string();
+                (s("ts"), s("level"), s("msg"))
+            } else {
+                let (ts, rest) = l.split_at(l.find(' ').unwrap_or_else(|| panic!("{l:?}")));
+                let (level, msg) = rest.trim_start().split_once(' ').unwrap_or_else(|| panic!("{l:?}"));
+                (ts.to_string(), level.to_string(), msg.trim_start().to_string())
+            };
+            assert!(is_timestamp(&ts), "{l:?}: timestamp {ts:?}");
+            assert!(["INFO", "WARN", "ERROR"].contains(&level.as_str()), "{l:?}: level {level:?}");
+            assert!(!msg.is_empty(), "{l:?}");
+        }
+        for needle in ["recovered 0 records", "ready: role"] {
+            assert!(lines.iter().any(|l| l.contains(needle)), "no {needle:?} line in:\n{text}");
+        }
+    }
+}

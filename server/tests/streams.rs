@@ -376,3 +376,32 @@ fn a_prefix_subscription_sees_every_event_once_in_stream_order_across_a_restart(
     assert_eq!(total, got.len(), "only acct- events");
     assert_eq!(total, 300);
 }
+
+/// An idempotent producer's conditional stream append refused with
+/// `WrongExpectedVersion` hands its sequence back: the producer goes on with the same
+/// sequence, and nothing of the refused append is in the log.
+#[test]
+fn a_producer_goes_on_after_a_wrong_expected_version() {
+    use corelog_client::Producer;
+    let dir = TempDir::new("streams_producer");
+    let mut p = pair(&dir, None, &["--shard-count", "2"]);
+    p.follower.start();
+    p.leader.start();
+    let rt = runtime();
+    let addr = p.leader.addr();
+    rt.block_on(async {
+        let cfg = ClientConfig::insecure();
+        let prod = Producer::connect_for_stream(&addr, &cfg, "ledger").await.unwrap();
+        let a = prod.append_to("ledger", Expect::NoStream, b"opened").await.unwrap();
+        assert_eq!((a.sequence, a.version), (0, Some(0)));
+        let e = prod.append_to("ledger", Expect::Exact(7), b"refused").await.unwrap_err();
+        assert!(matches!(e, Error::WrongExpectedVersion { current: Some(0), .. }), "{e}");
+        let b = prod.append_to("ledger", Expect::Exact(0), b"credited").await.unwrap();
+        assert_eq!((b.sequence, b.version, b.duplicate), (1, Some(1), false), "sequence 1 handed back and reused");
+        let c = prod.append_to("ledger", Expect::Any, b"debited").await.unwrap();
+        assert_eq!((c.sequence, c.version), (2, Some(2)));
+        let read = Client::connect(&addr, &cfg).await.unwrap().read_stream("ledger", 0, 10).await.unwrap();
+        let payloads: Vec<&[u8]> = read.events.iter().map(|e| &e.payload[..]).collect();
+        assert_eq!(payloads, [&b"opened"[..], b"credited", b"debited"]);
+    });
+}

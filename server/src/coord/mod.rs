@@ -143,7 +143,7 @@ impl Coordinator {
             None => true,
         };
         if fresh {
-            eprintln!("corelog: coordinator: {msg}");
+            log::info!("coordinator: {msg}");
             self.said.insert(kind, (msg.to_string(), now));
         }
     }
@@ -172,13 +172,13 @@ impl Coordinator {
             }
             Start::Lead(t) => {
                 if self.claim(&view, &t)? {
-                    eprintln!("corelog: coordinator: leading in epoch {} (in-sync set {:?})", t.epoch, t.isr);
+                    log::info!("coordinator: leading in epoch {} (in-sync set {:?})", t.epoch, t.isr);
                     return Ok(Some(Decision { leading: true, term: t }));
                 }
                 Ok(None) // someone else moved first: look again
             }
             Start::Follow(t) => {
-                eprintln!("corelog: coordinator: following {} (epoch {}, in-sync set {:?})", t.leader, t.epoch, t.isr);
+                log::info!("coordinator: following {} (epoch {}, in-sync set {:?})", t.leader, t.epoch, t.isr);
                 Ok(Some(Decision { leading: false, term: t }))
             }
             Start::Wait(why) => {
@@ -285,8 +285,8 @@ impl Coordinator {
             if self.set_isr(t, vec![self.cfg.node_id.clone()])? {
                 ctl.set_solo(true);
                 gauges(&Term { isr: vec![self.cfg.node_id.clone()], ..t.clone() }, true, true);
-                eprintln!(
-                    "corelog: coordinator: DEGRADED: follower {peer} away or silent for {:?}: removed from the in-sync set of epoch {}; acknowledging on this node's fsync alone",
+                log::warn!(
+                    "coordinator: DEGRADED: follower {peer} away or silent for {:?}: removed from the in-sync set of epoch {}; acknowledging on this node's fsync alone",
                     self.cfg.isr_timeout, t.epoch
                 );
             }
@@ -328,7 +328,7 @@ impl Coordinator {
                 let isr = vec![self.cfg.node_id.clone(), peer.clone()];
                 if self.set_isr(t, isr.clone())? {
                     gauges(&Term { isr, ..t.clone() }, true, false);
-                    eprintln!("corelog: coordinator: follower {peer} caught up: back in the in-sync set of epoch {}; acknowledging on both fsyncs", t.epoch);
+                    log::info!("coordinator: follower {peer} caught up: back in the in-sync set of epoch {}; acknowledging on both fsyncs", t.epoch);
                 } else {
                     ctl.set_solo(solo_allowed);
                 }
@@ -433,7 +433,7 @@ fn restart(ctl: &ControlCell, why: &str) -> ! {
 
 /// [`restart`], also for the node's start-up (a leader whose shard turned out damaged).
 pub fn reexec(ctl: &ControlCell, why: &str) -> ! {
-    eprintln!("corelog: coordinator: {why}: re-executing to change role");
+    log::info!("coordinator: {why}: re-executing to change role");
     ctl.stop();
     let until = Instant::now() + Duration::from_secs(5);
     while ctl.slots.iter().any(|s| s.writing.load(std::sync::atomic::Ordering::SeqCst)) {

@@ -293,18 +293,24 @@ fn check_shard(shard: &Shard, s: u16, req_id: u64) -> Result<(), Fail> {
     Err((ErrorCode::NoSuchShard, msg, req_id))
 }
 
-/// The start offset and filter of a `Subscribe`.
+/// The start offset and filter of a `Subscribe`. Only a leader serves subscriptions: a
+/// follower's log may be cut below what it has pushed (the handshake's truncation).
 fn subscription(shard: &Shard, stream: bool, name: &[u8], from: u64) -> Result<(u64, Filter), Refused> {
+    if let Some((code, msg)) = shard.refuse() {
+        return Err(Refused::Error(code, msg));
+    }
     if !stream {
         let prefix = std::str::from_utf8(name)
             .map_err(|e| Refused::Error(ErrorCode::BadRequest, format!("prefix is not UTF-8 ({e})")))?;
         return Ok((from, Filter::Prefix(prefix.to_string())));
     }
     let (name, _) = check_stream(shard, StreamReq { name, expect_kind: 0, expected: 0 })?;
-    // From the event with version `from`, or — if the stream has none yet — from the
-    // next offset to be handed out: every later event of the stream is there or above.
-    let start = shard.with_index(|t| t.streams.offsets(name, from, u64::MAX, 1).0.first().copied());
-    Ok((start.unwrap_or(shard.assigned()), Filter::Stream { name: name.to_string(), from_version: from }))
+    // From the committed event with version `from`, or — if there is none yet — from
+    // the committed end: offsets below it are never handed out again, so every later
+    // event of the stream is there or above (staged offsets may be, and are not used).
+    let committed = shard.committed();
+    let start = shard.with_index(|t| t.streams.offsets(name, from, committed, 1).0.first().copied());
+    Ok((start.unwrap_or(committed), Filter::Stream { name: name.to_string(), from_version: from }))
 }
 
 /// Turns the connection into a push stream (`Tail`, `Subscribe`) until the client closes

@@ -518,12 +518,9 @@ pub fn report(conn: &'static str, kernel: bool, why: Option<&str>) {
     let first = SAID.with(|s| s.borrow_mut().insert((conn, kernel)));
     if first {
         match why {
-            None => eprintln!("corelog: {}: kernel TLS active on {conn} connections", thread_name()),
+            None => log::info!("{}: kernel TLS active on {conn} connections", thread_name()),
             Some(w) => {
-                eprintln!(
-                    "corelog: {}: kernel TLS not used on a {conn} connection: {w}; userspace rustls",
-                    thread_name()
-                )
+                log::info!("{}: kernel TLS not used on a {conn} connection: {w}; userspace rustls", thread_name())
             }
         }
     }

@@ -94,7 +94,7 @@ pub async fn accept_clients(shard: Rc<Shard>, listener: TcpListener, tls_cfg: tl
             }
             Err(e) => {
                 // EMFILE and friends: say so, back off briefly, keep serving the others.
-                eprintln!("corelog: shard {}: accept failed: {e}", shard.id());
+                log::warn!("shard {}: accept failed: {e}", shard.id());
                 glommio::timer::sleep(Duration::from_millis(50)).await;
             }
         }

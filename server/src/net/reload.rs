@@ -116,8 +116,8 @@ impl Watched {
             match self.reload() {
                 Ok(()) => {
                     metrics::counter!("corelog_tls_reloads_total", "result" => "ok").increment(1);
-                    eprintln!(
-                        "corelog: TLS certificates reloaded ({}): new connections use them",
+                    log::info!(
+                        "TLS certificates reloaded ({}): new connections use them",
                         if hangup { "SIGHUP" } else { "files changed" }
                     );
                     loaded = now;
@@ -126,7 +126,7 @@ impl Watched {
                 Err(e) => {
                     metrics::counter!("corelog_tls_reloads_total", "result" => "error").increment(1);
                     if failed.as_ref() != Some(&now) || hangup {
-                        eprintln!("corelog: TLS reload refused, keeping the previous certificates: {e}");
+                        log::warn!("TLS reload refused, keeping the previous certificates: {e}");
                     }
                     failed = Some(now);
                 }

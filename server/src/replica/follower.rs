@@ -26,7 +26,7 @@ pub async fn accept_loop(shard: Rc<Shard>, listener: TcpListener, tls_cfg: tls::
         let sock = match listener.accept().await {
             Ok(s) => s,
             Err(e) => {
-                eprintln!("corelog: shard {}: replication accept failed: {e}", shard.id());
+                log::warn!("shard {}: replication accept failed: {e}", shard.id());
                 glommio::timer::sleep(std::time::Duration::from_millis(50)).await;
                 continue;
             }
@@ -36,7 +36,7 @@ pub async fn accept_loop(shard: Rc<Shard>, listener: TcpListener, tls_cfg: tls::
         glommio::spawn_local(async move {
             let peer = sock.peer_addr().map(|a| a.to_string()).unwrap_or_default();
             if let Err(e) = serve(&shard, sock, t, &g, &dir).await {
-                eprintln!("corelog: shard {}: replication from {peer}: {e}", shard.id());
+                log::warn!("shard {}: replication from {peer}: {e}", shard.id());
             }
         })
         .detach();
@@ -119,7 +119,7 @@ async fn serve(
             let msg = format!(
                 "LOST WRITES: the leader's log ends at offset {leader_end}, but it had made every offset below {floor} durable (this follower holds them): its storage lost writes. Refusing to let it cut them; promote this node (its log is complete) and let the other follow it"
             );
-            eprintln!("corelog: shard {}: {msg}", shard.id());
+            log::info!("shard {}: {msg}", shard.id());
             return Err(refuse(&mut wr, ErrorCode::Diverged, msg).await);
         }
         (epoch, leader_end)
@@ -163,8 +163,8 @@ async fn serve(
                 .truncate(truncate_to)
                 .await
                 .unwrap_or_else(|e| crate::fatal(&format!("shard {}: truncate failed: {e}", shard.id())));
-            eprintln!(
-                "corelog: shard {}: dropped records {end}..{before} the leader does not have (never acknowledged)",
+            log::info!(
+                "shard {}: dropped records {end}..{before} the leader does not have (never acknowledged)",
                 shard.id()
             );
         }
@@ -175,7 +175,7 @@ async fn serve(
     out.clear();
     Repl::Joined { next_offset: start, last_epoch, last_crc }.encode(&mut out);
     wr.write(&out).await.map_err(|e| e.to_string())?;
-    eprintln!("corelog: shard {}: following leader at epoch {leader_epoch} from offset {start}", shard.id());
+    log::info!("shard {}: following leader at epoch {leader_epoch} from offset {start}", shard.id());
     let done = Rc::new(Cell::new(false));
     let pinged = Rc::new(Cell::new(false));
     // A shard marked needs-repair has every acknowledged record back once it holds the
@@ -232,6 +232,7 @@ async fn apply(
         }
         record::verify_run(records, first_offset, count)
             .map_err(|e| format!("corrupt batch at {first_offset}: {e}"))?;
+        shard.check_replicated(records).map_err(|e| format!("batch at {first_offset} refused: {e}"))?;
         shard.wait_stage_space(records.len()).await;
         if gen.get() != my_gen || shard.role() != Role::Follower || first_offset != shard.assigned() {
             return Err("superseded while waiting for room".into());
@@ -258,8 +259,8 @@ async fn ack_loop(
         floor.maybe_persist(end);
         if let Some((at, dir)) = repaired.take_if(|(at, _)| end >= *at) {
             match control::clear_repair_mark(&dir) {
-                Ok(()) => eprintln!(
-                    "corelog: shard {}: repaired: holds the leader's end {at} (every acknowledged record); needs-repair mark cleared",
+                Ok(()) => log::warn!(
+                    "shard {}: repaired: holds the leader's end {at} (every acknowledged record); needs-repair mark cleared",
                     shard.id()
                 ),
                 Err(e) => crate::fatal(&format!("shard {}: clearing the repair mark: {e}", shard.id())),
@@ -321,7 +322,7 @@ impl Floor {
             let d = dir.clone();
             match glommio::executor().spawn_blocking(move || control::write_leader_floor(&d, v)).await {
                 Ok(()) => written.set(v),
-                Err(e) => eprintln!("corelog: {}: writing the leader floor: {e}", dir.display()),
+                Err(e) => log::warn!("{}: writing the leader floor: {e}", dir.display()),
             }
             writing.set(false);
         })

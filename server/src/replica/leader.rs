@@ -44,7 +44,7 @@ pub async fn run(shard: Rc<Shard>, cfg: LinkConfig) {
             Ok(()) => backoff = Duration::from_millis(50),
             Err(e) => {
                 if e != last_err {
-                    eprintln!("corelog: shard {}: replication to {}: {e}", shard.id(), cfg.peer);
+                    log::warn!("shard {}: replication to {}: {e}", shard.id(), cfg.peer);
                     last_err = e;
                 }
             }
@@ -153,8 +153,8 @@ async fn link_once(shard: &Rc<Shard>, cfg: &LinkConfig) -> Result<(), String> {
             other => return Err(format!("expected Joined ≤ {truncate_to} after Welcome, got {other:?}")),
         }
     };
-    eprintln!(
-        "corelog: shard {}: follower {} joined at offset {start} (leader at {}), epoch {epoch}",
+    log::info!(
+        "shard {}: follower {} joined at offset {start} (leader at {}), epoch {epoch}",
         shard.id(),
         cfg.peer,
         shard.log.next_offset()
@@ -212,8 +212,8 @@ async fn ship(shard: &Rc<Shard>, wr: &mut Writer, mut cursor: u64, dead: &Cell<b
         } else if cursor < shard.log.next_offset() {
             if !from_segments {
                 from_segments = true;
-                eprintln!(
-                    "corelog: shard {}: catching the follower up from the segments at offset {cursor} (not in the {} bytes of recent batches kept in memory)",
+                log::info!(
+                    "shard {}: catching the follower up from the segments at offset {cursor} (not in the {} bytes of recent batches kept in memory)",
                     shard.id(),
                     shard.cfg.recent_bytes
                 );

@@ -17,6 +17,9 @@ use super::batch::{self, BatchHeader, BATCH_HEADER_LEN};
 use super::recovery::{segment_name, sync_dir, BatchLoc, ShardScan};
 use crate::replica::handshake::History;
 
+/// Batches one `read_offsets` call reads at most (≤ 64 MiB with 1 MiB batches).
+pub const MAX_BATCHES_PER_PICK: usize = 64;
+
 struct Segment {
     first_offset: u64,
     path: PathBuf,
@@ -203,12 +206,16 @@ impl Log {
     }
 
     /// Reads the records at `offsets` (ascending, each below `next_offset()`), about
-    /// `max_bytes` in all (at least one record when asked for any): each batch that holds
-    /// some of them is read once. Returns (records bytes, count) — a prefix of `offsets`.
+    /// `max_bytes` in all (at least one record when asked for any), reading at most
+    /// `MAX_BATCHES_PER_PICK` batches (each once): a stream whose events are spread thin
+    /// costs a bounded amount per request. Returns (records bytes, count) — a prefix of
+    /// `offsets`.
     pub async fn read_offsets(&self, offsets: &[u64], max_bytes: usize) -> io::Result<(Vec<u8>, u32)> {
         let mut out = Vec::new();
         let mut i = 0;
-        while i < offsets.len() && (out.is_empty() || out.len() < max_bytes) {
+        let mut batches = 0;
+        while i < offsets.len() && (out.is_empty() || out.len() < max_bytes) && batches < MAX_BATCHES_PER_PICK {
+            batches += 1;
             let at = offsets[i];
             let Some(recs) = self.fetch(at).await? else {
                 return Err(io::Error::new(io::ErrorKind::NotFound, format!("no batch holds offset {at}")));
@@ -234,20 +241,15 @@ impl Log {
     }
 
     /// The records of the batch holding `at` (None: no batch holds it), read from disk.
-    async fn fetch(&self, at: u64) -> io::Result<Option<Vec<u8>>> {
+    async fn fetch(&self, at: u64) -> io::Result<Option<BatchBytes>> {
         let Some((file, b, si, _)) = self.locate(at) else {
             return Ok(None);
         };
         let len = BATCH_HEADER_LEN + b.records_len as usize;
         let span = batch::span(b.records_len as usize) as usize;
-        let polled = file.read_at_aligned(b.pos, span).await.map_err(io::Error::from);
-        let owned;
-        let data: &[u8] = match &polled {
-            Ok(d) => d,
-            Err(e) if e.kind() == io::ErrorKind::Unsupported => {
-                owned = self.read_plain(si, b.pos, span, e)?;
-                &owned
-            }
+        let data = match file.read_at_aligned(b.pos, span).await.map_err(io::Error::from) {
+            Ok(d) => Bytes::Polled(d),
+            Err(e) if e.kind() == io::ErrorKind::Unsupported => Bytes::Plain(self.read_plain(si, b.pos, span, &e)?),
             Err(e) => return Err(io::Error::new(e.kind(), e.to_string())),
         };
         if data.len() < len {
@@ -256,7 +258,7 @@ impl Log {
                 format!("short read of batch {}", b.first_offset),
             ));
         }
-        Ok(Some(data[BATCH_HEADER_LEN..len].to_vec()))
+        Ok(Some(BatchBytes { data, records: BATCH_HEADER_LEN..len }))
     }
 
     /// A read the poll ring refused with EOPNOTSUPP, done with a plain `pread` on a
@@ -269,8 +271,8 @@ impl Log {
         static SAID: std::sync::Once = std::sync::Once::new();
         let path = self.segments.borrow()[si].path.clone();
         SAID.call_once(|| {
-            eprintln!(
-                "corelog: the device refuses polled reads ({why}); reading {} and the rest of this process's segments with plain reads",
+            log::info!(
+                "the device refuses polled reads ({why}); reading {} and the rest of this process's segments with plain reads",
                 path.display()
             )
         });
@@ -377,4 +379,36 @@ async fn zero_range(file: &DmaFile, from: u64, to: u64) -> io::Result<()> {
         at += n;
     }
     Ok(())
+}
+
+/// A batch as read: the buffer (polled or, on the fallback path, plain) and where its
+/// records are in it. Derefs to the records.
+struct BatchBytes {
+    data: Bytes,
+    records: std::ops::Range<usize>,
+}
+
+enum Bytes {
+    Polled(glommio::io::ReadResult),
+    Plain(Vec<u8>),
+}
+
+impl Bytes {
+    fn len(&self) -> usize {
+        match self {
+            Bytes::Polled(d) => d.len(),
+            Bytes::Plain(v) => v.len(),
+        }
+    }
+}
+
+impl std::ops::Deref for BatchBytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        let all: &[u8] = match &self.data {
+            Bytes::Polled(d) => d,
+            Bytes::Plain(v) => v,
+        };
+        &all[self.records.clone()]
+    }
 }
