@@ -428,7 +428,7 @@ impl Conn {
         Ok(Conn { tx, info })
     }
 
-    pub(crate) async fn call(&self, frame: Vec<u8>, timeout: Duration) -> Result<Reply, Error> {
+    async fn call(&self, frame: Vec<u8>, timeout: Duration) -> Result<Reply, Error> {
         let rx = self.send(frame).await?;
         answer(rx, timeout).await
     }
@@ -596,6 +596,21 @@ impl Client {
         }
     }
 
+    /// Sends a request that writes nothing (a read) on the current connection; a failed
+    /// call drops the connection (the next request opens another).
+    pub(crate) async fn request(&self, req: &Request<'_>) -> Result<Reply, Error> {
+        let mut frame = Vec::new();
+        req.encode(0, &mut frame);
+        let conn = self.connection().await?;
+        match conn.call(frame, self.cfg.request_timeout).await {
+            Ok(r) => Ok(r),
+            Err(e) => {
+                self.move_on(&conn, None).await;
+                Err(e)
+            }
+        }
+    }
+
     /// Sends an append frame and returns its successful answer, following leadership
     /// while nothing was written (see the module docs).
     pub(crate) async fn submit(&self, frame: Vec<u8>) -> Result<Reply, Error> {
@@ -646,16 +661,7 @@ impl Client {
 
     /// Reads durable records of `shard` from offset `from`, at most about `max_bytes`.
     pub async fn read(&self, shard: u16, from: u64, max_bytes: u32) -> Result<Vec<Record>, Error> {
-        let mut frame = Vec::new();
-        Request::Read { shard, from, max_bytes }.encode(0, &mut frame);
-        let conn = self.connection().await?;
-        let reply = match conn.call(frame, self.cfg.request_timeout).await {
-            Ok(r) => r,
-            Err(e) => {
-                self.move_on(&conn, None).await;
-                return Err(e);
-            }
-        };
+        let reply = self.request(&Request::Read { shard, from, max_bytes }).await?;
         match reply.response()? {
             Response::Records { records, .. } => to_records(records),
             _ => Err(Error::Protocol("expected Records".into())),

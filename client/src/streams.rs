@@ -85,22 +85,14 @@ impl Client {
     /// (≤ `codec::MAX_READ_COUNT`) and about 1 MiB.
     pub async fn read_stream(&self, stream: &str, from_version: u64, max_count: u32) -> Result<StreamRead, Error> {
         let c = self.for_stream(stream).await?;
-        let mut frame = Vec::new();
-        Request::ReadStream {
-            name: stream.as_bytes(),
-            from_version,
-            max_count: max_count.min(codec::MAX_READ_COUNT),
-            max_bytes: codec::MAX_READ_BYTES,
-        }
-        .encode(0, &mut frame);
-        let conn = c.connection().await?;
-        let reply = match conn.call(frame, c.cfg.request_timeout).await {
-            Ok(r) => r,
-            Err(e) => {
-                c.move_on(&conn, None).await;
-                return Err(e);
-            }
-        };
+        let reply = c
+            .request(&Request::ReadStream {
+                name: stream.as_bytes(),
+                from_version,
+                max_count: max_count.min(codec::MAX_READ_COUNT),
+                max_bytes: codec::MAX_READ_BYTES,
+            })
+            .await?;
         match reply.response()? {
             Response::StreamRecords { next_version, end_version, records, .. } => {
                 Ok(StreamRead { events: to_records(records)?, next_version, end_version })

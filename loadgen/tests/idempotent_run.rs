@@ -7,9 +7,10 @@
 
 mod common;
 
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{server_bin, skip, start_server};
+use common::{server_bin, skip, start_server, Server};
 use corelog_loadgen::result::RunResult;
 
 fn metric(port: u16, name: &str) -> f64 {
@@ -20,42 +21,64 @@ fn metric(port: u16, name: &str) -> f64 {
         .sum()
 }
 
-#[test]
-fn idempotent_runs_use_one_producer_per_connection_and_store_each_append_once() {
+/// Client certificate flags for the load generator and the CLI.
+fn tls(c: &mut Command, certs: &Path) {
+    c.arg("--ca").arg(certs.join("ca.pem")).arg("--cert").arg(certs.join("client.pem"));
+    c.arg("--key").arg(certs.join("client.key"));
+}
+
+/// A standalone server in a fresh temp dir, and a 1 s idempotent run against it with
+/// `extra` flags; `None` when the server binary is not built (the test is skipped).
+struct Ran {
+    server: Option<Server>,
+    dir: PathBuf,
+    bin: PathBuf,
+    port: u16,
+    metrics: u16,
+    result: RunResult,
+}
+
+fn idempotent_run(test: &str, extra: &[&str]) -> Option<Ran> {
     let Some(bin) = server_bin() else {
-        return skip("idempotent_run", "the corelog binary is not built next to the load generator");
+        skip(test, "the corelog binary is not built next to the load generator");
+        return None;
     };
-    let dir = std::env::temp_dir().join(format!("loadgen-idem-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("loadgen-{test}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let (server, port, metrics) = start_server(&bin, &dir);
-    let certs = dir.join("certs");
     let json = dir.join("run.json");
-    let st = Command::new(env!("CARGO_BIN_EXE_corelog-loadgen"))
-        .args(["run", "--target", &format!("127.0.0.1:{port}"), "--connections", "8", "--cores", "1"])
+    let mut run = Command::new(env!("CARGO_BIN_EXE_corelog-loadgen"));
+    run.args(["run", "--target", &format!("127.0.0.1:{port}"), "--connections", "8", "--cores", "1"])
         .args(["--warmup", "200ms", "--duration", "1s", "--quiet", "--idempotent", "--source-ips", "1"])
-        .arg("--ca")
-        .arg(certs.join("ca.pem"))
-        .arg("--cert")
-        .arg(certs.join("client.pem"))
-        .arg("--key")
-        .arg(certs.join("client.key"))
+        .args(extra)
         .arg("--json")
-        .arg(&json)
-        .status()
-        .unwrap();
-    assert!(st.success());
-    let r: RunResult = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
-    assert!(r.acked > 0, "nothing acknowledged: {r:?}");
-    assert_eq!((r.errors, r.timeouts), (0, 0), "{:?}", r.error_codes);
-    assert_eq!(metric(metrics, "corelog_producers"), 8.0, "one producer per connection");
-    assert_eq!(metric(metrics, "corelog_append_duplicates_total"), 0.0);
+        .arg(&json);
+    tls(&mut run, &dir.join("certs"));
+    assert!(run.status().unwrap().success());
+    let result: RunResult = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert!(result.acked > 0, "nothing acknowledged: {result:?}");
+    assert_eq!((result.errors, result.timeouts), (0, 0), "{:?}", result.error_codes);
+    Some(Ran { server: Some(server), dir, bin, port, metrics, result })
+}
+
+impl Drop for Ran {
+    fn drop(&mut self) {
+        drop(self.server.take()); // killed first, then its files removed
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[test]
+fn idempotent_runs_use_one_producer_per_connection_and_store_each_append_once() {
+    let Some(r) = idempotent_run("idempotent_run", &[]) else { return };
+    assert_eq!(metric(r.metrics, "corelog_producers"), 8.0, "one producer per connection");
+    assert_eq!(metric(r.metrics, "corelog_append_duplicates_total"), 0.0);
     // Each connection may have had one append answered after the generator stopped
     // reading; nothing else is in the log.
-    let end = metric(metrics, "corelog_log_end_offset") as u64;
-    assert!(end >= r.acked_total && end <= r.acked_total + 8, "log end {end}, acked {}", r.acked_total);
-    drop(server);
-    let _ = std::fs::remove_dir_all(&dir);
+    let end = metric(r.metrics, "corelog_log_end_offset") as u64;
+    let acked = r.result.acked_total;
+    assert!(end >= acked && end <= acked + 8, "log end {end}, acked {acked}");
 }
 
 /// `--streams N` with `--idempotent`: every append names one of `s0 … s{N-1}`; each
@@ -63,36 +86,14 @@ fn idempotent_runs_use_one_producer_per_connection_and_store_each_append_once() 
 /// and together they hold every record of the log.
 #[test]
 fn stream_runs_spread_appends_over_streams_in_version_order() {
-    let Some(bin) = server_bin() else {
-        return skip("stream_run", "the corelog binary is not built next to the load generator");
-    };
-    let dir = std::env::temp_dir().join(format!("loadgen-streams-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let (server, port, metrics) = start_server(&bin, &dir);
-    let certs = dir.join("certs");
-    let tls = |c: &mut Command| {
-        c.arg("--ca").arg(certs.join("ca.pem")).arg("--cert").arg(certs.join("client.pem"));
-        c.arg("--key").arg(certs.join("client.key"));
-    };
-    let json = dir.join("run.json");
-    let mut run = Command::new(env!("CARGO_BIN_EXE_corelog-loadgen"));
-    run.args(["run", "--target", &format!("127.0.0.1:{port}"), "--connections", "8", "--cores", "1"])
-        .args(["--warmup", "200ms", "--duration", "1s", "--quiet", "--idempotent", "--source-ips", "1"])
-        .args(["--streams", "20", "--stream-pick", "random", "--json"])
-        .arg(&json);
-    tls(&mut run);
-    assert!(run.status().unwrap().success());
-    let r: RunResult = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
-    assert!(r.acked > 0, "nothing acknowledged: {r:?}");
-    assert_eq!((r.errors, r.timeouts), (0, 0), "{:?}", r.error_codes);
-    assert_eq!(metric(metrics, "corelog_streams"), 20.0, "every stream got appends");
-    let end = metric(metrics, "corelog_log_end_offset") as u64;
+    let Some(r) = idempotent_run("stream_run", &["--streams", "20", "--stream-pick", "random"]) else { return };
+    assert_eq!(metric(r.metrics, "corelog_streams"), 20.0, "every stream got appends");
+    let end = metric(r.metrics, "corelog_log_end_offset") as u64;
     let mut total = 0;
     for k in 0..20 {
-        let mut read = Command::new(&bin);
-        read.args(["read", "--addr", &format!("127.0.0.1:{port}"), "--stream", &format!("s{k}")]);
-        tls(&mut read);
+        let mut read = Command::new(&r.bin);
+        read.args(["read", "--addr", &format!("127.0.0.1:{}", r.port), "--stream", &format!("s{k}")]);
+        tls(&mut read, &r.dir.join("certs"));
         let out = read.output().unwrap();
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         let text = String::from_utf8(out.stdout).unwrap();
@@ -107,6 +108,4 @@ fn stream_runs_spread_appends_over_streams_in_version_order() {
         total += text.lines().count() as u64;
     }
     assert_eq!(total, end, "the streams hold every record of the log");
-    drop(server);
-    let _ = std::fs::remove_dir_all(&dir);
 }
