@@ -17,28 +17,33 @@ impl LogIndex {
         LogIndex { producers: Producers::new(max_producers), streams: Streams::default() }
     }
 
-    /// Feeds one record's extensions.
-    pub fn note(&mut self, offset: u64, ext: Ext<'_>) {
+    /// Feeds one record's extensions. A stream version out of line is an error (see
+    /// `Streams::note`) and feeds nothing of the record.
+    pub fn note(&mut self, offset: u64, ext: Ext<'_>) -> Result<(), String> {
+        if let Some(s) = ext.stream {
+            self.streams.note(s.name, s.version, offset)?;
+        }
         if let Some(p) = ext.producer {
             self.producers.note(p, offset);
         }
-        if let Some(s) = ext.stream {
-            self.streams.note(s.name, s.version, offset);
-        }
+        Ok(())
     }
 
-    /// Feeds every record of a verified run (a batch from the boot scan or the leader).
-    pub fn note_run(&mut self, records: &[u8]) {
+    /// Feeds every record of a verified run (a batch from the boot scan, or one checked
+    /// with `check_run`), up to the first error.
+    pub fn note_run(&mut self, records: &[u8]) -> Result<(), String> {
         let mut at = 0;
         while at < records.len() {
             let (offset, ext, n) = record::peek(&records[at..]).expect("records were verified");
-            self.note(offset, ext);
+            self.note(offset, ext)?;
             at += n;
         }
+        Ok(())
     }
 
     /// Whether feeding `records` (verified) would keep every stream's versions in line:
-    /// each event's version the next of its stream. `note_run` asserts it.
+    /// each event's version the next of its stream. Without changing anything, so that a
+    /// follower can refuse a whole batch (`note_run` would stop half-way).
     pub fn check_run(&self, records: &[u8]) -> Result<(), String> {
         let mut next: std::collections::HashMap<&str, u64> = std::collections::HashMap::new();
         let mut at = 0;
@@ -47,10 +52,7 @@ impl LogIndex {
             if let Some(s) = ext.stream {
                 let want = next.entry(s.name).or_insert_with(|| self.streams.current(s.name).map_or(0, |v| v + 1));
                 if s.version != *want {
-                    return Err(format!(
-                        "record {offset} is version {} of stream {:?}, whose next version here is {want}",
-                        s.version, s.name
-                    ));
+                    return Err(crate::streams::out_of_line(offset, s.version, s.name, *want));
                 }
                 *want += 1;
             }
@@ -85,7 +87,7 @@ mod tests {
         let mut t = LogIndex::new(10);
         let a = run(0, &[("a", 0), ("b", 0), ("a", 1)]);
         assert_eq!(t.check_run(&a), Ok(()));
-        t.note_run(&a);
+        t.note_run(&a).unwrap();
         assert_eq!(t.check_run(&run(3, &[("a", 2), ("a", 3), ("c", 0)])), Ok(()));
         let e = t.check_run(&run(3, &[("a", 2), ("a", 2)])).unwrap_err();
         assert!(e.contains("record 4 is version 2 of stream \"a\", whose next version here is 3"), "{e}");

@@ -252,10 +252,10 @@ async fn start_shard(
     // The boot scan also rebuilds the idempotent producers' table and the stream index.
     let mut index = LogIndex::new(cfg.max_producers);
     let mut bad = None;
-    let scan = recovery::scan_with(id, &dir, &mut |recs| match index.check_run(recs) {
-        Ok(()) if bad.is_none() => index.note_run(recs),
-        Ok(()) => {}
-        Err(e) => bad = bad.take().or(Some(e)),
+    let scan = recovery::scan_with(id, &dir, &mut |recs| {
+        if bad.is_none() {
+            bad = index.note_run(recs).err(); // one pass: checked as it is fed
+        }
     })
     .map_err(|e| e.to_string())?;
     if let Some(e) = bad {

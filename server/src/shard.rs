@@ -447,7 +447,7 @@ impl Shard {
         self.unacked_count.set(self.unacked_count.get() + 1);
         drop(staged);
         if !ext.is_empty() {
-            self.update_index(|t| t.note(offset, ext));
+            self.update_index(|t| t.note(offset, ext).expect("the version was taken from this index"));
         }
         if !self.accepted.get() {
             self.metrics.appends_held.set(self.unacked_count.get() as f64);
@@ -539,7 +539,7 @@ impl Shard {
         }
         let b = staged.back_mut().expect("pushed above");
         b.records.extend_from_slice(records);
-        self.update_index(|t| t.note_run(records));
+        self.update_index(|t| t.note_run(records).expect("checked with check_replicated"));
         b.count += count;
         self.next_assign.set(first_offset + count as u64);
         self.staged_bytes.set(self.staged_bytes.get() + records.len());

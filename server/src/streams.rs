@@ -53,8 +53,13 @@ impl Streams {
 
     /// Records that version `version` of `name` is at `offset`. Versions come in order:
     /// every node sees a stream's events in offset order, and an offset handed out again
-    /// was taken back with `forget_from` first.
-    pub fn note(&mut self, name: &str, version: u64, offset: u64) {
+    /// was taken back with `forget_from` first; a version out of line (a log that
+    /// disagrees with itself) is an error and changes nothing.
+    pub fn note(&mut self, name: &str, version: u64, offset: u64) -> Result<(), String> {
+        let next = self.map.get(name).map_or(0, |v| v.len() as u64);
+        if version != next {
+            return Err(out_of_line(offset, version, name, next));
+        }
         let v = match self.map.get_mut(name) {
             Some(v) => v,
             None => {
@@ -62,12 +67,12 @@ impl Streams {
                 self.map.entry(name.into()).or_default()
             }
         };
-        assert_eq!(version, v.len() as u64, "stream {name:?}: version {version} at offset {offset} out of line");
         assert!(v.last().is_none_or(|&l| l < offset), "stream {name:?}: offsets must grow");
         let cap = v.capacity();
         v.push(offset);
         self.slots += v.capacity() - cap;
         self.events += 1;
+        Ok(())
     }
 
     /// Offsets from `from` on were handed out again: forget every event there. Visits
@@ -121,6 +126,11 @@ impl Streams {
     }
 }
 
+/// The error for an event whose version is not its stream's next.
+pub fn out_of_line(offset: u64, version: u64, name: &str, next: u64) -> String {
+    format!("record {offset} is version {version} of stream {name:?}, whose next version here is {next}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -130,9 +140,9 @@ mod tests {
         let mut s = Streams::default();
         assert_eq!(s.check("a", Expect::Exact(0)), Err(None));
         assert_eq!(s.check("a", Expect::NoStream), Ok(0));
-        s.note("a", 0, 10);
-        s.note("b", 0, 11);
-        s.note("a", 1, 12);
+        s.note("a", 0, 10).unwrap();
+        s.note("b", 0, 11).unwrap();
+        s.note("a", 1, 12).unwrap();
         assert_eq!(s.check("a", Expect::NoStream), Err(Some(1)));
         assert_eq!(s.check("a", Expect::Exact(0)), Err(Some(1)));
         assert_eq!(s.check("a", Expect::Exact(1)), Ok(2));
@@ -151,22 +161,23 @@ mod tests {
     #[test]
     fn forget_from_takes_back_versions() {
         let mut s = Streams::default();
-        s.note("a", 0, 1);
-        s.note("b", 0, 2);
-        s.note("a", 1, 3);
+        s.note("a", 0, 1).unwrap();
+        s.note("b", 0, 2).unwrap();
+        s.note("a", 1, 3).unwrap();
         s.forget_from(2);
         assert_eq!(s.current("a"), Some(0));
         assert_eq!(s.current("b"), None);
         assert_eq!((s.len(), s.events()), (1, 1));
-        s.note("a", 1, 2);
-        s.note("b", 0, 3);
+        s.note("a", 1, 2).unwrap();
+        s.note("b", 0, 3).unwrap();
         assert_eq!(s.current("a"), Some(1));
     }
 
     #[test]
-    #[should_panic(expected = "out of line")]
-    fn a_version_out_of_line_is_a_bug() {
+    fn a_version_out_of_line_is_refused_and_changes_nothing() {
         let mut s = Streams::default();
-        s.note("a", 1, 0);
+        let e = s.note("a", 1, 0).unwrap_err();
+        assert!(e.contains("record 0 is version 1 of stream \"a\", whose next version here is 0"), "{e}");
+        assert_eq!((s.len(), s.events(), s.bytes()), (0, 0, 0));
     }
 }
