@@ -81,6 +81,12 @@ pub enum Error {
         current: Option<u64>,
         message: String,
     },
+    /// What was asked for was deleted by retention: `first` is the first offset (a
+    /// shard read or tail) or stream version (a stream read or subscription) still held.
+    OutOfRange {
+        first: u64,
+        message: String,
+    },
 }
 
 /// What a failed append may have left behind.
@@ -97,6 +103,7 @@ impl Error {
         match self {
             Error::Server { code, .. } => ErrorCode::from_u16(*code),
             Error::WrongExpectedVersion { .. } => Some(ErrorCode::WrongExpectedVersion),
+            Error::OutOfRange { .. } => Some(ErrorCode::OutOfRange),
             _ => None,
         }
     }
@@ -109,7 +116,8 @@ impl Error {
             | Error::NotSent
             | Error::Tls(_)
             | Error::ProducerStopped(_)
-            | Error::WrongExpectedVersion { .. } => Outcome::NotWritten,
+            | Error::WrongExpectedVersion { .. }
+            | Error::OutOfRange { .. } => Outcome::NotWritten,
             Error::Codec(codec::CodecError::PayloadTooLarge(_)) => Outcome::NotWritten,
             Error::Server { .. } => match self.code() {
                 Some(
@@ -141,6 +149,7 @@ impl std::fmt::Display for Error {
             Error::Timeout(d) => write!(f, "no answer within {d:?}"),
             Error::ProducerStopped(m) => write!(f, "{m}"),
             Error::WrongExpectedVersion { message, .. } => write!(f, "server error 21 WrongExpectedVersion: {message}"),
+            Error::OutOfRange { message, .. } => write!(f, "server error 7 OutOfRange: {message}"),
         }
     }
 }
@@ -285,6 +294,7 @@ impl Reply {
             Response::WrongVersion { current, message } => {
                 Err(Error::WrongExpectedVersion { current, message: message.to_string() })
             }
+            Response::OutOfRange { first, message } => Err(Error::OutOfRange { first, message: message.to_string() }),
             r => Ok(r),
         }
     }
@@ -665,6 +675,18 @@ impl Client {
         match reply.response()? {
             Response::Records { records, .. } => to_records(records),
             _ => Err(Error::Protocol("expected Records".into())),
+        }
+    }
+
+    /// Asks the node this client is connected to (the first address that answers, leader
+    /// or follower) to delete its whole segments of `shard` below `before`, within what
+    /// its peer may still need (docs/operations.md §13). Returns the node's first offset
+    /// of the shard afterwards.
+    pub async fn trim(&self, shard: u16, before: u64) -> Result<u64, Error> {
+        let reply = self.request(&Request::Trim { shard, before }).await?;
+        match reply.response()? {
+            Response::Trimmed { first_offset, .. } => Ok(first_offset),
+            _ => Err(Error::Protocol("expected Trimmed".into())),
         }
     }
 }

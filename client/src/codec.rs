@@ -72,6 +72,7 @@ pub mod op {
     pub const APPEND2: u8 = 0x05;
     pub const READ_STREAM: u8 = 0x06;
     pub const SUBSCRIBE: u8 = 0x07;
+    pub const TRIM: u8 = 0x08;
     pub const REPL_HELLO: u8 = 0x10;
     pub const REPL_ACK: u8 = 0x11;
     pub const REPL_JOINED: u8 = 0x12;
@@ -81,6 +82,7 @@ pub mod op {
     pub const RECORDS: u8 = 0x83;
     pub const APPENDED2: u8 = 0x84;
     pub const STREAM_RECORDS: u8 = 0x85;
+    pub const TRIMMED: u8 = 0x86;
     pub const REPL_WELCOME: u8 = 0x90;
     pub const REPL_BATCH: u8 = 0x91;
     pub const ERROR: u8 = 0xFF;
@@ -353,6 +355,12 @@ pub enum Request<'a> {
         shard: u16,
         from: u64,
     },
+    /// Version 2: delete this node's whole segments of `shard` below `before` (never
+    /// what its peer may still need); answered with `Trimmed`.
+    Trim {
+        shard: u16,
+        before: u64,
+    },
 }
 
 impl<'a> Request<'a> {
@@ -405,6 +413,7 @@ impl<'a> Request<'a> {
             }
             op::READ => Request::Read { shard: b.u16()?, from: b.u64()?, max_bytes: b.u32()? },
             op::TAIL => Request::Tail { shard: b.u16()?, from: b.u64()? },
+            op::TRIM => Request::Trim { shard: b.u16()?, before: b.u64()? },
             o => return Err(CodecError::UnknownOpcode(o)),
         };
         b.end()?;
@@ -449,6 +458,12 @@ impl<'a> Request<'a> {
                 let at = begin_frame(out, op::TAIL, req_id);
                 out.extend_from_slice(&shard.to_le_bytes());
                 out.extend_from_slice(&from.to_le_bytes());
+                finish_frame(out, at);
+            }
+            Request::Trim { shard, before } => {
+                let at = begin_frame(out, op::TRIM, req_id);
+                out.extend_from_slice(&shard.to_le_bytes());
+                out.extend_from_slice(&before.to_le_bytes());
                 finish_frame(out, at);
             }
         }
@@ -647,6 +662,20 @@ pub enum Response<'a> {
         current: Option<u64>,
         message: &'a str,
     },
+    /// `Error` with code `OutOfRange` from a version-2 connection: what was asked for was
+    /// deleted by retention; `first` (after the message) is the first offset still held
+    /// (`Read`, `Tail`, `Subscribe` of a prefix) or the stream's first version still
+    /// held (`ReadStream`, `Subscribe` of a stream).
+    OutOfRange {
+        first: u64,
+        message: &'a str,
+    },
+    /// Answer to `Trim`: the node's first offset of the shard now (segments below it
+    /// are deleted).
+    Trimmed {
+        shard: u16,
+        first_offset: u64,
+    },
     /// `records` holds `count` records in the on-disk record encoding (see `record`).
     Records {
         shard: u16,
@@ -699,8 +728,13 @@ impl<'a> Response<'a> {
                     let v = b.u64()?;
                     Response::WrongVersion { current: (v != NO_STREAM_VERSION).then_some(v), message }
                 }
+                // A version-1 connection gets the plain form.
+                Response::Error { code, message } if code == ErrorCode::OutOfRange as u16 && b.rest.len() == 8 => {
+                    Response::OutOfRange { first: b.u64()?, message }
+                }
                 r => r,
             },
+            op::TRIMMED => Response::Trimmed { shard: b.u16()?, first_offset: b.u64()? },
             o => return Err(CodecError::UnknownOpcode(o)),
         };
         b.end()?;
@@ -732,6 +766,13 @@ impl<'a> Response<'a> {
                 finish_frame(out, at);
             }
             Response::WrongVersion { current, message } => encode_wrong_version(req_id, *current, message, out),
+            Response::OutOfRange { first, message } => encode_out_of_range(req_id, *first, message, out),
+            Response::Trimmed { shard, first_offset } => {
+                let at = begin_frame(out, op::TRIMMED, req_id);
+                out.extend_from_slice(&shard.to_le_bytes());
+                out.extend_from_slice(&first_offset.to_le_bytes());
+                finish_frame(out, at);
+            }
             Response::Records { shard, next_offset, count, records } => {
                 let at = begin_frame(out, op::RECORDS, req_id);
                 out.extend_from_slice(&shard.to_le_bytes());
@@ -783,6 +824,14 @@ pub fn encode_error(req_id: u64, code: u16, message: &str, out: &mut Vec<u8>) {
 pub fn encode_wrong_version(req_id: u64, current: Option<u64>, message: &str, out: &mut Vec<u8>) {
     let at = begin_error(req_id, ErrorCode::WrongExpectedVersion as u16, message, out);
     out.extend_from_slice(&current.unwrap_or(NO_STREAM_VERSION).to_le_bytes());
+    finish_frame(out, at);
+}
+
+/// `OutOfRange` error frame (version-2 connections): an error frame followed by the
+/// first offset (or stream version) still held.
+pub fn encode_out_of_range(req_id: u64, first: u64, message: &str, out: &mut Vec<u8>) {
+    let at = begin_error(req_id, ErrorCode::OutOfRange as u16, message, out);
+    out.extend_from_slice(&first.to_le_bytes());
     finish_frame(out, at);
 }
 
@@ -1001,6 +1050,7 @@ mod tests {
         roundtrip_req(Request::Subscribe { stream: false, name: b"", from: u64::MAX });
         roundtrip_req(Request::Read { shard: 3, from: 99, max_bytes: 4096 });
         roundtrip_req(Request::Tail { shard: 1, from: u64::MAX });
+        roundtrip_req(Request::Trim { shard: 1, before: 1 << 33 });
     }
 
     #[test]
@@ -1014,6 +1064,9 @@ mod tests {
             Response::StreamRecords { shard: 1, next_version: 9, end_version: 12, count: 0, records: &[] },
             Response::WrongVersion { current: Some(4), message: "stream at 4" },
             Response::WrongVersion { current: None, message: "no stream" },
+            Response::OutOfRange { first: 4096, message: "trimmed" },
+            Response::Trimmed { shard: 1, first_offset: 77 },
+            Response::Error { code: ErrorCode::OutOfRange as u16, message: "version-1 form" },
             Response::Records { shard: 0, next_offset: 5, count: 0, records: &[] },
             Response::Error { code: ErrorCode::NotLeader as u16, message: "127.0.0.1:9400" },
         ];

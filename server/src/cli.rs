@@ -210,6 +210,32 @@ pub fn read(conn: &ConnArgs, shard: u16, from: u64, limit: u64, hex: bool) -> Re
     })
 }
 
+/// `admin trim`: asks each node in `--addr` in turn to delete its segments of `shard`
+/// below `before`; prints `<addr> shard <S> first offset <F>` per node. Any node that
+/// cannot be reached or refuses is an error (after trying the others).
+pub fn trim(conn: &ConnArgs, shard: u16, before: u64) -> Result<(), String> {
+    let cfg = conn.config()?;
+    runtime().block_on(async {
+        let mut errs = Vec::new();
+        for a in conn.addr.split(',').map(str::trim).filter(|a| !a.is_empty()) {
+            let r = async {
+                let c = Client::connect_shard(a, shard, &cfg).await?;
+                c.trim(shard, before).await
+            }
+            .await;
+            match r {
+                Ok(first) => println!("{a} shard {shard} first offset {first}"),
+                Err(e) => errs.push(format!("{a}: {e}")),
+            }
+        }
+        if errs.is_empty() {
+            Ok(())
+        } else {
+            Err(errs.join("; "))
+        }
+    })
+}
+
 /// Reads committed events of one stream: `version<TAB>offset<TAB>payload` per line.
 pub fn read_stream(conn: &ConnArgs, name: &str, from: u64, limit: u64, hex: bool) -> Result<(), String> {
     corelog_client::record::check_stream_name(name.as_bytes())?;

@@ -61,6 +61,12 @@ impl LogIndex {
         Ok(())
     }
 
+    /// Retention deleted every record below `first` (the producers' positions stay:
+    /// a retry below it is still answered with its position).
+    pub fn trim_below(&mut self, first: u64) {
+        self.streams.trim_below(first);
+    }
+
     /// Offsets from `from` on were handed out again.
     pub fn forget_from(&mut self, from: u64) {
         self.producers.forget_from(from);

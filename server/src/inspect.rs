@@ -27,7 +27,31 @@ pub fn run(data_dir: &Path) -> i32 {
     let mut code = 0;
     for id in shards {
         let dir = control::shard_dir(data_dir, id);
-        match recovery::scan(id, &dir) {
+        let (trimmed, base) = match trim_state(&dir) {
+            Ok(t) => t,
+            Err(e) => {
+                println!("shard {id}: ERROR: {e}");
+                code = 2;
+                continue;
+            }
+        };
+        // The index (stream versions) must continue the snapshot's, record by record.
+        let (mut index, from) = base;
+        let mut bad = None;
+        let scanned = recovery::scan_with(id, &dir, &mut |recs| {
+            let below = record::peek(recs).is_ok_and(|(o, _, _)| o < from); // an unfinished trim
+            if bad.is_none() && !below {
+                bad = index.note_run(recs).err();
+            }
+        });
+        if let Some(t) = trimmed {
+            println!("shard {id}: {t}");
+        }
+        if let Some(e) = bad {
+            println!("shard {id}: INCONSISTENT: the stream versions do not follow each other: {e}");
+            code = 2;
+        }
+        match scanned {
             Ok(s) => {
                 let last = if s.records > 0 { format!("{}", s.next_offset - 1) } else { "-".into() };
                 let epoch = control::read_epoch(&dir).map(|e| e.to_string()).unwrap_or_else(|e| e);
@@ -83,6 +107,32 @@ pub fn run(data_dir: &Path) -> i32 {
         }
     }
     code
+}
+
+/// What retention left in a shard directory: a line about it (None: never trimmed) and
+/// the index at the log's start (from the snapshot), with that start.
+fn trim_state(dir: &Path) -> Result<(Option<String>, (crate::index::LogIndex, u64)), String> {
+    let p = crate::snapshot::plan(dir)?;
+    let Some((at, path)) = &p.snapshot else {
+        let line = (!p.stale.is_empty())
+            .then(|| format!("{} stale index snapshot(s), removed at the next start", p.stale.len()));
+        return Ok((line, (crate::index::LogIndex::new(usize::MAX), 0)));
+    };
+    let b = std::fs::read(path).map_err(|e| format!("read {}: {e}", path.display()))?;
+    let (_, ix) = crate::snapshot::decode(&b, usize::MAX).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut line = format!(
+        "trimmed: offsets below {at} deleted by retention; index snapshot {} holds {} stream(s), {} producer(s)",
+        crate::snapshot::file_name(*at),
+        ix.streams.len(),
+        ix.producers.len()
+    );
+    if !p.unfinished.is_empty() {
+        line += &format!(
+            "; an interrupted trim left {} segment(s) below it (deleted at the next start)",
+            p.unfinished.len()
+        );
+    }
+    Ok((Some(line), (ix, *at)))
 }
 
 /// A 64-bit digest (two CRC-32s) over every record's bytes, in offset order.

@@ -121,6 +121,19 @@ enum AdminCmd {
         #[arg(long)]
         epoch: Option<u32>,
     },
+    /// Delete a running node's whole segments of a shard below an offset, within what its
+    /// peer may still need (each address given is asked in turn: give both nodes' client
+    /// addresses to trim both copies). Prints each node's first offset afterwards; reads
+    /// below it get OutOfRange.
+    Trim {
+        #[command(flatten)]
+        conn: corelog_server::cli::ConnArgs,
+        #[arg(long)]
+        shard: u16,
+        /// Delete segments holding only offsets below this.
+        #[arg(long)]
+        before: u64,
+    },
     /// Give up the damaged last batch of a stopped node's shard (or the records a
     /// needs-repair shard may lack) so that it can serve alone. Their offsets are handed
     /// out again. Only when no other copy exists: a follower repairs itself from its
@@ -253,6 +266,15 @@ struct ServeArgs {
     /// last append is oldest (docs/operations.md §11).
     #[arg(long, default_value_t = corelog_server::producers::DEFAULT_MAX_PRODUCERS as u64, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
     max_producers: u64,
+    /// Retention: keep at most about this many bytes of segment files per shard; older
+    /// whole segments are deleted (never the one being written, never records the peer
+    /// may still need). Off by default (docs/operations.md §13).
+    #[arg(long)]
+    retain_bytes: Option<u64>,
+    /// Retention: delete a segment once its last write is older than this many hours
+    /// (fractions allowed, e.g. 0.5). Off by default.
+    #[arg(long)]
+    retain_hours: Option<f64>,
 }
 
 fn serve_config(a: ServeArgs) -> Result<ServeConfig, String> {
@@ -301,7 +323,13 @@ fn serve_config(a: ServeArgs) -> Result<ServeConfig, String> {
     if !a.segment_bytes.is_multiple_of(4096) || a.segment_bytes < 4 * 1024 * 1024 {
         return Err("--segment-bytes must be a multiple of 4096 and at least 4 MiB".into());
     }
+    let age = match a.retain_hours {
+        None => None,
+        Some(h) if h.is_finite() && h > 0.0 && h < 1e6 => Some(Duration::from_secs_f64(h * 3600.0)),
+        Some(h) => return Err(format!("--retain-hours {h}: give a number of hours above 0 (fractions allowed)")),
+    };
     Ok(ServeConfig {
+        retain: corelog_server::retention::Policy { bytes: a.retain_bytes, age },
         data_dir: a.data_dir,
         listen: a.listen,
         shard_count,
@@ -363,6 +391,7 @@ fn main() {
         }),
         Cmd::Quickstart(a) => quickstart::run(a),
         Cmd::Workload(a) => corelog_server::workload::main(a),
+        Cmd::Admin { cmd: AdminCmd::Trim { conn, shard, before } } => cli::trim(&conn, shard, before),
         Cmd::Admin { cmd: AdminCmd::AcceptLoss { data_dir, shard } } => {
             control::accept_loss(&data_dir, shard).map(|what| println!("{what}"))
         }

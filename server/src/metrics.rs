@@ -36,6 +36,8 @@ pub struct ShardMetrics {
     pub streams: Gauge,
     pub stream_bytes: Gauge,
     pub wrong_versions: Counter,
+    pub first_offset: Gauge,
+    pub trimmed_segments: Counter,
 }
 
 impl ShardMetrics {
@@ -63,7 +65,9 @@ impl ShardMetrics {
             duplicates: counter!("corelog_append_duplicates_total", "shard" => s.clone()),
             streams: gauge!("corelog_streams", "shard" => s.clone()),
             stream_bytes: gauge!("corelog_stream_index_bytes", "shard" => s.clone()),
-            wrong_versions: counter!("corelog_append_wrong_version_total", "shard" => s),
+            wrong_versions: counter!("corelog_append_wrong_version_total", "shard" => s.clone()),
+            first_offset: gauge!("corelog_first_offset", "shard" => s.clone()),
+            trimmed_segments: counter!("corelog_trimmed_segments_total", "shard" => s),
         }
     }
 }

@@ -14,12 +14,12 @@ use glommio::{LocalExecutorBuilder, Placement};
 use crate::control;
 use crate::coord::cell::ControlCell;
 use crate::coord::{CoordConfig, Coordinator};
-use crate::index::LogIndex;
 use crate::metrics::{self, ShardMetrics};
 use crate::net::{listener, tls};
 use crate::replica::{follower, leader};
 use crate::shard::{Shard, ShardConfig};
 use crate::wal::{self, recovery};
+use crate::{retention, snapshot};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum NodeRole {
@@ -57,6 +57,8 @@ pub struct ServeConfig {
     pub max_producers: usize,
     /// Coordinator mode: the role comes from etcd (`role` is then ignored).
     pub coord: Option<CoordConfig>,
+    /// Which old segments each shard deletes (`retention.rs`).
+    pub retain: crate::retention::Policy,
 }
 
 #[derive(Clone, Debug)]
@@ -249,8 +251,9 @@ async fn start_shard(
     let lock = control::lock_shard(&dir)?;
     std::mem::forget(lock); // held until the process exits
     wal::probe::prime_iopoll_probe(&dir).await?;
-    // The boot scan also rebuilds the idempotent producers' table and the stream index.
-    let mut index = LogIndex::new(cfg.max_producers);
+    // The boot scan also rebuilds the idempotent producers' table and the stream index,
+    // from the index snapshot of the last trim if retention deleted old segments.
+    let (mut index, first) = snapshot::apply(&dir, snapshot::plan(&dir)?, cfg.max_producers)?;
     let mut bad = None;
     let scan = recovery::scan_with(id, &dir, &mut |recs| {
         if bad.is_none() {
@@ -260,6 +263,9 @@ async fn start_shard(
     .map_err(|e| e.to_string())?;
     if let Some(e) = bad {
         return Err(format!("shard {id}: the log's stream versions are inconsistent ({e}); refusing to start"));
+    }
+    if !scan.segments.is_empty() && scan.first_offset() != first {
+        return Err(format!("shard {id}: the log starts at {} but its index snapshot at {first}", scan.first_offset()));
     }
     let mark = control::read_repair_mark(&dir)?;
     if let Some(d) = &scan.damage {
@@ -331,6 +337,7 @@ async fn start_shard(
         leader_addr: cfg.leader_addr.clone(),
         ctl: place.ctl,
         slot: place.slot,
+        retain: cfg.retain,
     };
     let metrics = ShardMetrics::new(id);
     let any_tls = cfg.tls.is_some() || cfg.repl_tls.is_some();
@@ -339,6 +346,10 @@ async fn start_shard(
     shard.release(); // publish the recovered offsets
     glommio::spawn_local(shard.clone().commit_loop()).detach();
     glommio::spawn_local(shard.clone().deadline_loop()).detach();
+    shard.metrics.first_offset.set(shard.log.first_offset() as f64);
+    if cfg.retain.any() {
+        glommio::spawn_local(retention::run(shard.clone())).detach();
+    }
     let shared = listener::bind(cfg.listen, true).map_err(|e| format!("listen {}: {e}", cfg.listen))?;
     let direct_addr = port_plus(cfg.listen, 1 + id);
     let direct = listener::bind(direct_addr, false)

@@ -73,6 +73,16 @@ pub fn refusal(p: ProducerSeq, v: Verdict) -> (ErrorCode, String) {
     }
 }
 
+/// One producer's state as saved in an index snapshot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Saved {
+    pub id: u64,
+    pub next_seq: u64,
+    pub last_offset: u64,
+    /// Offsets of sequences `next_seq - offsets.len() .. next_seq`.
+    pub offsets: Vec<u64>,
+}
+
 struct Entry {
     /// The sequence expected next (one above the newest written).
     next_seq: u64,
@@ -180,8 +190,38 @@ impl Producers {
         }
     }
 
+    /// Every producer's state, oldest first (for the index snapshot).
+    pub fn saved(&self) -> Vec<Saved> {
+        self.by_age
+            .iter()
+            .map(|&(last_offset, id)| {
+                let e = &self.map[&id];
+                Saved { id, next_seq: e.next_seq, last_offset, offsets: e.offsets.iter().copied().collect() }
+            })
+            .collect()
+    }
+
+    /// Takes back a producer's state from an index snapshot (a restart after a trim).
+    pub fn restore(&mut self, s: Saved) -> Result<(), String> {
+        if s.offsets.len() > WINDOW || s.offsets.len() as u64 > s.next_seq || self.map.contains_key(&s.id) {
+            return Err(format!("producer {:#018x}: bad saved state", s.id));
+        }
+        if self.map.len() >= self.max {
+            self.evict_oldest();
+        }
+        self.positions += s.offsets.len();
+        self.by_age.insert((s.last_offset, s.id));
+        self.map.insert(s.id, Entry { next_seq: s.next_seq, offsets: s.offsets.into(), last_offset: s.last_offset });
+        Ok(())
+    }
+
     pub fn len(&self) -> usize {
         self.map.len()
+    }
+
+    /// The bound on producers (`--max-producers`).
+    pub fn max(&self) -> usize {
+        self.max
     }
 
     pub fn is_empty(&self) -> bool {

@@ -84,6 +84,11 @@ pub enum Refused {
         current: Option<u64>,
         msg: String,
     },
+    /// What was asked for was deleted by retention; `first` is the first still held.
+    OutOfRange {
+        first: u64,
+        what: String,
+    },
 }
 
 impl From<(ErrorCode, String)> for Refused {
@@ -181,6 +186,8 @@ pub struct ShardConfig {
     pub ctl: Arc<ControlCell>,
     /// This shard's slot in `ctl.slots`.
     pub slot: usize,
+    /// Which old segments to delete (`--retain-bytes`, `--retain-hours`).
+    pub retain: crate::retention::Policy,
 }
 
 pub struct Shard {
@@ -224,6 +231,12 @@ pub struct Shard {
     index: RefCell<LogIndex>,
     /// Retried idempotent appends waiting for their original (few; leader only).
     dups: RefCell<Vec<DupWaiter>>,
+    /// Follower: offsets below are durable on the leader too (as its batches show), so
+    /// no handshake will ever cut them: retention may delete them.
+    peer_durable: Cell<u64>,
+    /// A trim is running (one at a time; `retention::trim`).
+    pub trimming: Cell<bool>,
+    pub trim_done: Event,
     pub metrics: ShardMetrics,
 }
 
@@ -268,6 +281,9 @@ impl Shard {
             space_ev: Event::default(),
             index: RefCell::new(index),
             dups: Default::default(),
+            peer_durable: Cell::new(0),
+            trimming: Cell::new(false),
+            trim_done: Event::default(),
             metrics,
         })
     }
@@ -358,6 +374,27 @@ impl Shard {
                 both.max(self.acked_end.get())
             }
             _ => local,
+        }
+    }
+
+    /// Follower: every offset below `end` is durable on the leader and here.
+    pub fn set_peer_durable(&self, end: u64) {
+        if end > self.peer_durable.get() {
+            self.peer_durable.set(end);
+        }
+    }
+
+    /// Retention deletes nothing at or above this: what the peer may still need. A
+    /// leader keeps what its follower has not confirmed (it catches up from the
+    /// segments; none since this start: nothing is deleted); a follower keeps what the
+    /// leader has not shown durable (a handshake may cut it); a fenced node keeps all.
+    pub fn trim_floor(&self) -> u64 {
+        let end = self.log.next_offset();
+        match self.role.get() {
+            Role::Leader if self.cfg.standalone => end,
+            Role::Leader => self.follower_next.get().min(end),
+            Role::Follower => self.peer_durable.get().min(end),
+            Role::Fenced => 0,
         }
     }
 
@@ -457,7 +494,7 @@ impl Shard {
     }
 
     /// Changes the producers' table or the stream index and publishes their sizes.
-    fn update_index(&self, f: impl FnOnce(&mut LogIndex)) {
+    pub(crate) fn update_index(&self, f: impl FnOnce(&mut LogIndex)) {
         let mut t = self.index.borrow_mut();
         f(&mut t);
         publish_index(&self.metrics, &t);

@@ -13,8 +13,14 @@
 //! appends are given offsets, rolled back where offsets are handed out again
 //! ([`Streams::forget_from`]). Leader and follower hold the same index.
 //!
-//! Memory: per stream `STREAM_BYTES` + its name; per event its offset (8 bytes, up to 16
-//! while a stream's vector has spare capacity). Reported by `corelog_stream_index_bytes`.
+//! Retention (`Streams::trim_below`) drops the offsets of deleted events: a stream
+//! then starts at a base version (its first event still held); versions keep counting
+//! from where they were. A stream whose every event was deleted keeps its name and next
+//! version. The state at a trim point is saved in the index snapshot (`snapshot.rs`).
+//!
+//! Memory: per stream `STREAM_BYTES` + its name; per event held its offset (8 bytes, up
+//! to 16 while a stream's vector has spare capacity). Reported by
+//! `corelog_stream_index_bytes`.
 
 use std::collections::HashMap;
 
@@ -25,9 +31,22 @@ use corelog_client::codec::Expect;
 pub const STREAM_BYTES: usize = 96;
 
 #[derive(Default)]
+struct Entry {
+    /// Version of the first event held (events below it were deleted by retention).
+    base: u64,
+    /// Offsets of the events held: version `base + i` is at index i.
+    offsets: Vec<u64>,
+}
+
+impl Entry {
+    fn next(&self) -> u64 {
+        self.base + self.offsets.len() as u64
+    }
+}
+
+#[derive(Default)]
 pub struct Streams {
-    /// Offsets of each stream's events: version v is at index v.
-    map: HashMap<Box<str>, Vec<u64>>,
+    map: HashMap<Box<str>, Entry>,
     /// Sum of the offset vectors' capacities.
     slots: usize,
     name_bytes: usize,
@@ -37,7 +56,12 @@ pub struct Streams {
 impl Streams {
     /// The stream's current version (its last event's), `None` when it has none.
     pub fn current(&self, name: &str) -> Option<u64> {
-        self.map.get(name).and_then(|v| v.len().checked_sub(1)).map(|v| v as u64)
+        self.map.get(name).and_then(|e| e.next().checked_sub(1))
+    }
+
+    /// The stream's first version still held (0 unless retention deleted some).
+    pub fn first_version(&self, name: &str) -> u64 {
+        self.map.get(name).map_or(0, |e| e.base)
     }
 
     /// The version an append expecting `expect` gets, or the stream's current version
@@ -56,15 +80,15 @@ impl Streams {
     /// was taken back with `forget_from` first; a version out of line (a log that
     /// disagrees with itself) is an error and changes nothing.
     pub fn note(&mut self, name: &str, version: u64, offset: u64) -> Result<(), String> {
-        let next = self.map.get(name).map_or(0, |v| v.len() as u64);
+        let next = self.map.get(name).map_or(0, Entry::next);
         if version != next {
             return Err(out_of_line(offset, version, name, next));
         }
         let v = match self.map.get_mut(name) {
-            Some(v) => v,
+            Some(e) => &mut e.offsets,
             None => {
                 self.name_bytes += name.len();
-                self.map.entry(name.into()).or_default()
+                &mut self.map.entry(name.into()).or_default().offsets
             }
         };
         assert!(v.last().is_none_or(|&l| l < offset), "stream {name:?}: offsets must grow");
@@ -77,35 +101,72 @@ impl Streams {
 
     /// Offsets from `from` on were handed out again: forget every event there. Visits
     /// every stream (rare: a leader's staged appends dropped, a follower's log cut).
+    /// Never below a trim point: what retention deleted was committed.
     pub fn forget_from(&mut self, from: u64) {
         let (mut dropped, mut names) = (0, 0);
-        self.map.retain(|name, v| {
-            let keep = v.partition_point(|&o| o < from);
-            dropped += v.len() - keep;
-            v.truncate(keep);
-            if v.is_empty() {
+        self.map.retain(|name, e| {
+            let keep = e.offsets.partition_point(|&o| o < from);
+            dropped += e.offsets.len() - keep;
+            e.offsets.truncate(keep);
+            let gone = e.next() == 0;
+            if gone {
                 names += name.len();
             }
-            !v.is_empty()
+            !gone
         });
         self.events -= dropped;
         self.name_bytes -= names;
-        self.slots = self.map.values().map(|v| v.capacity()).sum();
+        self.slots = self.map.values().map(|e| e.offsets.capacity()).sum();
+    }
+
+    /// Retention deleted every event below offset `first`: forget their offsets (their
+    /// versions stay counted). Visits every stream (once per trim).
+    pub fn trim_below(&mut self, first: u64) {
+        let mut dropped = 0;
+        for e in self.map.values_mut() {
+            let n = e.offsets.partition_point(|&o| o < first);
+            if n > 0 {
+                e.offsets.drain(..n);
+                e.base += n as u64;
+                dropped += n;
+                if e.offsets.len() < e.offsets.capacity() / 2 {
+                    e.offsets.shrink_to_fit();
+                }
+            }
+        }
+        self.events -= dropped;
+        self.slots = self.map.values().map(|e| e.offsets.capacity()).sum();
+    }
+
+    /// Every stream and its next version (for the index snapshot).
+    pub fn next_versions(&self) -> impl Iterator<Item = (&str, u64)> {
+        self.map.iter().map(|(n, e)| (&**n, e.next()))
+    }
+
+    /// A stream known from an index snapshot: no event held, `next` versions counted.
+    pub fn restore(&mut self, name: &str, next: u64) {
+        if next == 0 {
+            return;
+        }
+        if self.map.insert(name.into(), Entry { base: next, offsets: Vec::new() }).is_none() {
+            self.name_bytes += name.len();
+        }
     }
 
     /// Offsets of `name`'s events from version `from`, below offset `end` (the committed
     /// end), at most `max`; and the number of its events below `end`.
     pub fn offsets(&self, name: &str, from: u64, end: u64, max: usize) -> (&[u64], u64) {
-        let Some(v) = self.map.get(name) else { return (&[], 0) };
+        let Some(e) = self.map.get(name) else { return (&[], 0) };
+        let v = &e.offsets;
         let below = v.partition_point(|&o| o < end);
-        let start = (from.min(below as u64)) as usize;
-        (&v[start..below.min(start + max)], below as u64)
+        let start = (from.saturating_sub(e.base).min(below as u64)) as usize;
+        (&v[start..below.min(start + max)], e.base + below as u64)
     }
 
     /// The version of `name`'s event at `offset`, if it has one there.
     pub fn version_of(&self, name: &str, offset: u64) -> Option<u64> {
-        let v = self.map.get(name)?;
-        v.binary_search(&offset).ok().map(|i| i as u64)
+        let e = self.map.get(name)?;
+        e.offsets.binary_search(&offset).ok().map(|i| e.base + i as u64)
     }
 
     pub fn len(&self) -> usize {
@@ -171,6 +232,36 @@ mod tests {
         s.note("a", 1, 2).unwrap();
         s.note("b", 0, 3).unwrap();
         assert_eq!(s.current("a"), Some(1));
+    }
+
+    #[test]
+    fn trimmed_streams_keep_counting_versions() {
+        let mut s = Streams::default();
+        for (v, o) in [(0, 1), (1, 5), (2, 9)] {
+            s.note("a", v, o).unwrap();
+        }
+        s.note("b", 0, 2).unwrap();
+        s.trim_below(6);
+        assert_eq!((s.first_version("a"), s.current("a")), (2, Some(2)));
+        assert_eq!((s.first_version("b"), s.current("b")), (1, Some(0)), "b: no event held, version kept");
+        assert_eq!(s.offsets("a", 0, 100, 10), (&[9u64][..], 3));
+        assert_eq!(s.offsets("a", 2, 100, 10), (&[9u64][..], 3));
+        assert_eq!(s.version_of("a", 9), Some(2));
+        assert_eq!(s.events(), 1);
+        assert!(s.note("a", 2, 10).is_err());
+        s.note("a", 3, 10).unwrap();
+        s.note("b", 1, 11).unwrap();
+        // A cut above the trim point keeps the bases; a stream with nothing held stays.
+        s.forget_from(10);
+        assert_eq!((s.current("a"), s.current("b")), (Some(2), Some(0)));
+        let mut r = Streams::default();
+        for (n, v) in s.next_versions() {
+            r.restore(n, v);
+        }
+        assert_eq!((r.current("a"), r.first_version("a"), r.current("b")), (Some(2), 3, Some(0)));
+        assert_eq!(r.check("a", Expect::Exact(2)), Ok(3));
+        r.note("a", 3, 20).unwrap();
+        assert_eq!(r.offsets("a", 0, 100, 10), (&[20u64][..], 4));
     }
 
     #[test]

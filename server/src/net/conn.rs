@@ -124,7 +124,8 @@ async fn read_loop(
                     let checked = check_stream(shard, StreamReq { name, expect_kind: 0, expected: 0 });
                     match checked {
                         Ok((name, _)) => {
-                            read_stream(shard, out, req_id, name, from_version, max_count, max_bytes).await?
+                            let q = StreamRead { req_id, version, from: from_version, max_count, max_bytes };
+                            read_stream(shard, out, name, q).await?
                         }
                         Err(e) => answer_later(out, req_id, e).await,
                     }
@@ -135,13 +136,19 @@ async fn read_loop(
                     while out.inflight.get() > 0 || out.buf.borrow().len() >= MAX_OUT_BYTES {
                         out.drained.wait().await;
                     }
+                    let first = shard.log.first_offset();
+                    if from < first {
+                        push_out_of_range(out, version, req_id, first, &format!("offset {from}"));
+                        rd.consume(used);
+                        continue;
+                    }
                     let max = max_bytes.min(codec::MAX_READ_BYTES) as usize;
                     let (recs, count) = shard
                         .log
                         .read(from, shard.committed(), max)
                         .await
                         .map_err(|e| (ErrorCode::Internal, e.to_string(), req_id))?;
-                    let next = from.max(shard.log.first_offset()) + count as u64;
+                    let next = from + count as u64;
                     Response::Records { shard: s, next_offset: next, count, records: &recs }
                         .encode(req_id, &mut out.buf.borrow_mut());
                     out.wake.notify();
@@ -149,18 +156,38 @@ async fn read_loop(
                 Request::Tail { shard: s, from } => {
                     check_shard(shard, s, req_id)?;
                     rd.consume(used);
-                    return push_until_closed(shard, rd, out, req_id, from, None).await;
+                    return push_until_closed(shard, rd, out, Push { req_id, version, from, filter: None }).await;
+                }
+                Request::Trim { shard: s, before } => {
+                    need_v2(version, "Trim", req_id)?;
+                    check_shard(shard, s, req_id)?;
+                    while out.inflight.get() > 0 {
+                        out.drained.wait().await;
+                    }
+                    match crate::retention::trim(shard, Some(before)).await {
+                        Ok(first) => Response::Trimmed { shard: s, first_offset: first }
+                            .encode(req_id, &mut out.buf.borrow_mut()),
+                        Err(e) => {
+                            codec::encode_error(req_id, ErrorCode::Internal as u16, &e, &mut out.buf.borrow_mut())
+                        }
+                    }
+                    out.wake.notify();
                 }
                 Request::Subscribe { stream, name, from } => {
                     need_v2(version, "Subscribe", req_id)?;
-                    let filter = match subscription(shard, stream, name, from) {
+                    let (from, filter) = match subscription(shard, stream, name, from) {
                         Ok(f) => f,
                         // A refused subscription ends the connection (nothing may follow).
                         Err(Refused::Error(code, msg)) => return Err((code, msg, req_id)),
                         Err(Refused::WrongVersion { msg, .. }) => return Err((ErrorCode::BadRequest, msg, req_id)),
+                        Err(Refused::OutOfRange { first, what }) => {
+                            push_out_of_range(out, version, req_id, first, &what);
+                            return Ok(());
+                        }
                     };
                     rd.consume(used);
-                    return push_until_closed(shard, rd, out, req_id, filter.0, Some(filter.1)).await;
+                    return push_until_closed(shard, rd, out, Push { req_id, version, from, filter: Some(filter) })
+                        .await;
                 }
             }
             rd.consume(used);
@@ -220,7 +247,20 @@ async fn answer_later(out: &Rc<ConnOut>, req_id: u64, r: Refused) {
             codec::encode_wrong_version(req_id, current, &msg, &mut out.buf.borrow_mut());
             out.wake.notify();
         }
+        Refused::OutOfRange { first, what } => push_out_of_range(out, 2, req_id, first, &what),
     }
+}
+
+/// Answers that `what` was deleted by retention and `first` is the first still held
+/// (after the message on a version-2 connection; version 1 gets the plain error).
+fn push_out_of_range(out: &ConnOut, version: u16, req_id: u64, first: u64, what: &str) {
+    let msg = format!("{what} was deleted by retention; the first still held is {first}");
+    if version >= 2 {
+        codec::encode_out_of_range(req_id, first, &msg, &mut out.buf.borrow_mut());
+    } else {
+        codec::encode_error(req_id, ErrorCode::OutOfRange as u16, &msg, &mut out.buf.borrow_mut());
+    }
+    out.wake.notify();
 }
 
 /// One append (either version). Errors and duplicates are answered after every earlier
@@ -250,27 +290,41 @@ async fn append(shard: &Rc<Shard>, out: &Rc<ConnOut>, req_id: u64, req: AppendRe
     }
 }
 
-/// A `ReadStream`: committed events of one stream, after every earlier answer.
-async fn read_stream(
-    shard: &Rc<Shard>,
-    out: &Rc<ConnOut>,
+/// A `ReadStream`'s fields besides the stream.
+struct StreamRead {
     req_id: u64,
-    name: &str,
+    version: u16,
     from: u64,
     max_count: u32,
     max_bytes: u32,
-) -> Result<(), Fail> {
+}
+
+/// A `ReadStream`: committed events of one stream, after every earlier answer.
+async fn read_stream(shard: &Rc<Shard>, out: &Rc<ConnOut>, name: &str, q: StreamRead) -> Result<(), Fail> {
+    let StreamRead { req_id, version, from, max_count, max_bytes } = q;
     while out.inflight.get() > 0 || out.buf.borrow().len() >= MAX_OUT_BYTES {
         out.drained.wait().await;
     }
     let max = max_count.min(codec::MAX_READ_COUNT) as usize;
-    let (offsets, end_version) = shard.with_index(|t| {
+    let (offsets, end_version, first) = shard.with_index(|t| {
         let (o, end) = t.streams.offsets(name, from, shard.committed(), max);
-        (o.to_vec(), end)
+        (o.to_vec(), end, t.streams.first_version(name))
     });
+    let gone = |first| push_out_of_range(out, version, req_id, first, &format!("version {from} of stream {name:?}"));
+    if from < first {
+        gone(first);
+        return Ok(());
+    }
     let max_bytes = max_bytes.min(codec::MAX_READ_BYTES) as usize;
-    let (recs, count) =
-        shard.log.read_offsets(&offsets, max_bytes).await.map_err(|e| (ErrorCode::Internal, e.to_string(), req_id))?;
+    let (recs, count) = match shard.log.read_offsets(&offsets, max_bytes).await {
+        Ok(r) => r,
+        // Trimmed while it was read.
+        Err(_) if offsets.first().is_some_and(|&o| o < shard.log.first_offset()) => {
+            gone(shard.with_index(|t| t.streams.first_version(name)));
+            return Ok(());
+        }
+        Err(e) => return Err((ErrorCode::Internal, e.to_string(), req_id)),
+    };
     let next_version = from.min(end_version) + count as u64;
     Response::StreamRecords { shard: shard.id(), next_version, end_version, count, records: &recs }
         .encode(req_id, &mut out.buf.borrow_mut());
@@ -302,9 +356,17 @@ fn subscription(shard: &Shard, stream: bool, name: &[u8], from: u64) -> Result<(
     if !stream {
         let prefix = std::str::from_utf8(name)
             .map_err(|e| Refused::Error(ErrorCode::BadRequest, format!("prefix is not UTF-8 ({e})")))?;
+        let first = shard.log.first_offset();
+        if from < first {
+            return Err(Refused::OutOfRange { first, what: format!("offset {from}") });
+        }
         return Ok((from, Filter::Prefix(prefix.to_string())));
     }
     let (name, _) = check_stream(shard, StreamReq { name, expect_kind: 0, expected: 0 })?;
+    let first = shard.with_index(|t| t.streams.first_version(name));
+    if from < first {
+        return Err(Refused::OutOfRange { first, what: format!("version {from} of stream {name:?}") });
+    }
     // From the committed event with version `from`, or — if there is none yet — from
     // the committed end: offsets below it are never handed out again, so every later
     // event of the stream is there or above (staged offsets may be, and are not used).
@@ -313,21 +375,23 @@ fn subscription(shard: &Shard, stream: bool, name: &[u8], from: u64) -> Result<(
     Ok((start.unwrap_or(committed), Filter::Stream { name: name.to_string(), from_version: from }))
 }
 
-/// Turns the connection into a push stream (`Tail`, `Subscribe`) until the client closes
-/// it; any byte it sends ends the stream with `Unexpected`.
-async fn push_until_closed(
-    shard: &Rc<Shard>,
-    rd: &mut tls_io::Reader,
-    out: &Rc<ConnOut>,
+/// A push stream: from which offset, which records, answering which request.
+struct Push {
     req_id: u64,
+    version: u16,
     from: u64,
     filter: Option<Filter>,
-) -> Result<(), Fail> {
+}
+
+/// Turns the connection into a push stream (`Tail`, `Subscribe`) until the client closes
+/// it; any byte it sends ends the stream with `Unexpected`.
+async fn push_until_closed(shard: &Rc<Shard>, rd: &mut tls_io::Reader, out: &Rc<ConnOut>, p: Push) -> Result<(), Fail> {
+    let req_id = p.req_id;
     if !rd.data().is_empty() {
         return Err((ErrorCode::Unexpected, "no request may follow Tail or Subscribe".into(), req_id));
     }
     let stop = Rc::new(Cell::new(false));
-    let t = glommio::spawn_local(tail(shard.clone(), out.clone(), from, req_id, stop.clone(), filter));
+    let t = glommio::spawn_local(tail(shard.clone(), out.clone(), p, stop.clone()));
     // Anything after a Tail is a protocol error; a close ends the tail.
     let r = match rd.fill().await {
         Ok(true) => Err((ErrorCode::Unexpected, "no request may follow Tail or Subscribe".into(), req_id)),
@@ -379,16 +443,15 @@ fn filtered<'a>(recs: &'a [u8], count: u32, filter: Option<&Filter>) -> (std::bo
 
 /// Pushes committed records from `from` as they become durable (only those `filter`
 /// keeps), until the connection closes. Bounded by `MAX_OUT_BYTES` of unsent responses.
-async fn tail(
-    shard: Rc<Shard>,
-    out: Rc<ConnOut>,
-    from: u64,
-    req_id: u64,
-    stop: Rc<Cell<bool>>,
-    filter: Option<Filter>,
-) {
-    let mut at = from.max(shard.log.first_offset());
+/// Ends with `OutOfRange` if retention deletes what it has yet to push (a slow reader).
+async fn tail(shard: Rc<Shard>, out: Rc<ConnOut>, p: Push, stop: Rc<Cell<bool>>) {
+    let Push { req_id, version, from: mut at, filter } = p;
     while !out.closed.get() && !stop.get() {
+        let first = shard.log.first_offset();
+        if at < first {
+            push_out_of_range(&out, version, req_id, first, &format!("offset {at}"));
+            return;
+        }
         if out.buf.borrow().len() >= MAX_OUT_BYTES {
             out.drained.wait().await;
             continue;

@@ -157,6 +157,14 @@ async fn serve(
         // accepted can never be outbid by a restarted incarnation of itself.
         shard.adopt_epoch(dir, epoch)?;
         let truncate_to = shard.log.with_history(|h| handshake::follower_cut(h, truncate_to, common_epoch));
+        let first = shard.log.first_offset();
+        if truncate_to < first {
+            let msg = format!(
+                "the leader's log diverges from ours at offset {truncate_to}, below our first offset {first} (retention deleted older segments): this node cannot follow it; seed it anew (docs/operations.md §13)"
+            );
+            log::error!("shard {}: {msg}", shard.id());
+            return Err(refuse(&mut wr, ErrorCode::Diverged, msg).await);
+        }
         if truncate_to < shard.log.next_offset() {
             let before = shard.log.next_offset();
             let end = shard
@@ -257,6 +265,7 @@ async fn ack_loop(
     while !done.get() {
         let end = shard.log.next_offset();
         floor.maybe_persist(end);
+        shard.set_peer_durable(floor.leader_durable.get().min(end));
         if let Some((at, dir)) = repaired.take_if(|(at, _)| end >= *at) {
             match control::clear_repair_mark(&dir) {
                 Ok(()) => log::warn!(

@@ -111,6 +111,17 @@ async fn link_once(shard: &Rc<Shard>, cfg: &LinkConfig) -> Result<(), String> {
                 if fe > epoch {
                     return Err(fence(shard, &format!("follower has epoch {fe} > ours {epoch}")));
                 }
+                let first = shard.log.first_offset();
+                if next_offset < first {
+                    let why = format!(
+                        "the follower's log ends at offset {next_offset}, below this leader's first offset {first} (retention deleted older segments): it cannot catch up; seed it anew (docs/operations.md §13)"
+                    );
+                    out.clear();
+                    Repl::Error { code: ErrorCode::Diverged as u16, message: &why }.encode(&mut out);
+                    let _ = wr.write(&out).await;
+                    wr.close().await;
+                    return Err(why);
+                }
                 (next_offset, last_epoch)
             }
             Repl::Error { code, message } if code == ErrorCode::Fenced as u16 => return Err(fence(shard, message)),

@@ -99,6 +99,41 @@ impl Log {
         self.segments.borrow().len()
     }
 
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// (first offset, path) of every segment, oldest first.
+    pub fn segment_paths(&self) -> Vec<(u64, PathBuf)> {
+        self.segments.borrow().iter().map(|s| (s.first_offset, s.path.clone())).collect()
+    }
+
+    /// Deletes every segment below the one starting at `first` (never the last one):
+    /// reads below `first` find nothing from now on. Readers that hold a deleted
+    /// segment's file finish on it (the blocks are freed when the last handle goes).
+    /// The caller saved the index snapshot at `first` before this.
+    pub fn drop_below(&self, first: u64) -> io::Result<usize> {
+        let gone: Vec<Segment> = {
+            let mut segs = self.segments.borrow_mut();
+            let i = segs.iter().position(|s| s.first_offset == first).ok_or_else(|| {
+                io::Error::new(io::ErrorKind::InvalidInput, format!("no segment starts at offset {first}"))
+            })?;
+            segs.drain(..i).collect()
+        };
+        for s in &gone {
+            std::fs::remove_file(&s.path)?;
+        }
+        sync_dir(&self.dir).map_err(io::Error::other)?;
+        // As the boot scan would see it: the epoch of the record at `first` starts there.
+        let mut ep = self.epochs.borrow_mut();
+        let keep_from = ep.partition_point(|(_, o)| *o <= first).saturating_sub(1);
+        ep.drain(..keep_from);
+        if let Some(e) = ep.first_mut() {
+            e.1 = e.1.max(first);
+        }
+        Ok(gone.len())
+    }
+
     async fn roll(&self) -> io::Result<()> {
         let first = self.next_offset.get();
         let path = self.dir.join(segment_name(first));
@@ -307,6 +342,10 @@ impl Log {
     pub async fn truncate(&self, offset: u64) -> io::Result<u64> {
         if offset >= self.next_offset() {
             return Ok(self.next_offset());
+        }
+        if offset < self.first_offset() {
+            let msg = format!("cannot cut the log at {offset}: retention deleted it below {}", self.first_offset());
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, msg));
         }
         let (file, b, si, bi) = match self.locate(offset) {
             Some(x) => x,

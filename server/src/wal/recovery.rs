@@ -109,7 +109,7 @@ pub fn segment_name(first_offset: u64) -> String {
     format!("{first_offset:020}.log")
 }
 
-fn list_segments(dir: &Path) -> Result<Vec<(u64, PathBuf)>, ScanError> {
+pub fn list_segments(dir: &Path) -> Result<Vec<(u64, PathBuf)>, ScanError> {
     let rd = std::fs::read_dir(dir).map_err(|e| ScanError::Io(format!("read {}: {e}", dir.display())))?;
     let mut v = Vec::new();
     for ent in rd {

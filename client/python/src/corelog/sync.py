@@ -1,0 +1,288 @@
+"""The synchronous client: the asyncio client driven by a private event loop thread.
+
+.. code-block:: python
+
+    import corelog
+
+    with corelog.Client("127.0.0.1:19400,127.0.0.1:19500", certs="D/certs") as c:
+        pos = c.append(b"Hello World")
+        for r in c.read(pos.shard, pos.offset):
+            print(r.offset, r.payload)
+
+Every method blocks until its answer; it is safe to call from several threads at once
+(the requests share one pipelined connection). :meth:`Client.append_many` and
+:meth:`Client.append_nowait` (a :class:`concurrent.futures.Future`) keep many appends in
+flight. Semantics, errors and leader following are those of :mod:`corelog.aio`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from typing import Any, Awaitable, Coroutine, Dict, Iterable, Iterator, List, Optional, TypeVar
+
+from . import aio, codec
+from .codec import ExpectLike, Record
+from .types import Appended, ClientConfig, Event, Position, ServerInfo, StreamAppended, StreamRead
+
+__all__ = ["Client", "Producer", "Tail", "Subscription"]
+
+T = TypeVar("T")
+
+
+class _Loop:
+    """An event loop running in a daemon thread."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run, name="corelog-client", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    def submit(self, coro: Coroutine[Any, Any, T]) -> "concurrent.futures.Future[T]":
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        if threading.current_thread() is self._thread:
+            raise RuntimeError("a corelog sync client cannot be called from its own loop thread")
+        return self.submit(coro).result()
+
+    def stop(self) -> None:
+        if self.loop.is_closed():
+            return
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=10)
+        self.loop.close()
+
+
+class Client:
+    """Blocking client. Arguments as :class:`corelog.aio.Client`: ``addrs`` (``"A,B"``),
+    ``ca``/``cert``/``key`` or ``certs=DIR``, ``server_name``, ``insecure``,
+    ``failover_timeout``, ``request_timeout``, ``connect_timeout`` (seconds), or
+    ``config=ClientConfig(...)``. Use as a context manager or call :meth:`close`."""
+
+    def __init__(self, addrs: aio.Addrs, config: Optional[ClientConfig] = None, **settings: Any) -> None:
+        self._loop = _Loop()
+        self._aio = aio.Client(addrs, config, **settings)
+        self.config = self._aio.config
+        self._owned: List[Any] = []  # producers, tails, subscriptions: closed with the client
+
+    def __enter__(self) -> "Client":
+        self.connect()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return self._loop.run(coro)
+
+    def connect(self) -> "Client":
+        """Connects now (else the first request does); :class:`~corelog.errors.Unreachable`."""
+        self._run(self._aio.connect())
+        return self
+
+    def close(self) -> None:
+        if not self._loop.loop.is_closed():
+            for o in self._owned:
+                try:
+                    o.close()
+                except Exception:  # noqa: BLE001 - closing what may already be broken
+                    pass
+            self._owned.clear()
+            self._run(self._aio.close())
+            self._loop.stop()
+
+    def _own(self, o: T) -> T:
+        self._owned.append(o)
+        return o
+
+    def info(self) -> ServerInfo:
+        return self._run(self._aio.info())
+
+    def shard_count(self) -> int:
+        return self._run(self._aio.shard_count())
+
+    def shard_of(self, stream: str) -> int:
+        return self._run(self._aio.shard_of(stream))
+
+    def append(self, payload: bytes) -> Position:
+        """Appends one event; its position once durable on every replica."""
+        return self._run(self._aio.append(payload))
+
+    def append_nowait(self, payload: bytes) -> "concurrent.futures.Future[Position]":
+        """Sends one append and returns at once: the future of its position. Appends
+        submitted one after another leave in that order (pipelined)."""
+        return self._loop.submit(self._aio.append(payload))
+
+    def append_many(self, payloads: Iterable[bytes]) -> List[Position]:
+        """Appends every payload, all in flight at once (pipelined); positions in order."""
+        return self._run(self._aio.append_many(list(payloads)))
+
+    def read(self, shard: int, offset: int = 0, max_bytes: int = codec.MAX_READ_BYTES) -> List[Record]:
+        """Committed records of ``shard`` from ``offset`` (about ``max_bytes``)."""
+        return self._run(self._aio.read(shard, offset, max_bytes))
+
+    def read_all(self, shard: int, offset: int = 0, end: Optional[int] = None) -> List[Record]:
+        """Every committed record of ``shard`` from ``offset`` (to ``end``, exclusive)."""
+        return self._run(self._aio.read_all(shard, offset, end))
+
+    def tail(self, shard: int, offset: int = 0) -> "Tail":
+        """``for record in client.tail(0, 0): ...`` (live; ``close()`` or ``with`` ends it)."""
+        return self._own(Tail(self._loop, self._aio.tail(shard, offset)))
+
+    def append_to(self, stream: str, payload: bytes, expect: ExpectLike = None) -> StreamAppended:
+        """Stream append: ``(shard, offset, version)``; see :meth:`corelog.aio.Client.append_to`."""
+        return self._run(self._aio.append_to(stream, payload, expect))
+
+    def read_stream(self, stream: str, from_version: int = 0, max_count: int = codec.MAX_READ_COUNT) -> StreamRead:
+        return self._run(self._aio.read_stream(stream, from_version, max_count))
+
+    def read_stream_all(self, stream: str, from_version: int = 0) -> List[Record]:
+        return self._run(self._aio.read_stream_all(stream, from_version))
+
+    def subscribe(self, stream: str, from_version: int = 0) -> "Subscription":
+        return self._own(Subscription(self._loop, self._aio.subscribe(stream, from_version)))
+
+    def subscribe_prefix(self, prefix: str, positions: Optional[Dict[int, int]] = None) -> "Subscription":
+        return self._own(Subscription(self._loop, self._aio.subscribe_prefix(prefix, positions)))
+
+    def producer(self, shard: int = 0, id: Optional[int] = None, next_seq: int = 0) -> "Producer":
+        """An idempotent producer for ``shard`` (see :class:`corelog.aio.Producer`)."""
+        return self._own(Producer(self._loop, self._run(self._aio.producer(shard, id, next_seq))))
+
+    def producer_for_stream(self, stream: str, id: Optional[int] = None, next_seq: int = 0) -> "Producer":
+        return self._own(Producer(self._loop, self._run(self._aio.producer_for_stream(stream, id, next_seq))))
+
+
+class Producer:
+    """Blocking idempotent producer (made by :meth:`Client.producer`)."""
+
+    def __init__(self, loop: _Loop, p: aio.Producer) -> None:
+        self._loop = loop
+        self._p = p
+
+    @property
+    def id(self) -> int:
+        return self._p.id
+
+    @property
+    def shard(self) -> int:
+        return self._p.shard
+
+    @property
+    def next_seq(self) -> int:
+        return self._p.next_seq
+
+    @property
+    def retries(self) -> int:
+        return self._p.retries
+
+    def append(self, payload: bytes) -> Appended:
+        return self._loop.run(self._p.append(payload))
+
+    def append_nowait(self, payload: bytes) -> "concurrent.futures.Future[Appended]":
+        return self._loop.submit(self._p.append(payload))
+
+    def append_many(self, payloads: Iterable[bytes]) -> List[Appended]:
+        return self._loop.run(self._p.append_many(list(payloads)))
+
+    def append_to(self, stream: str, payload: bytes, expect: ExpectLike = None) -> Appended:
+        return self._loop.run(self._p.append_to(stream, payload, expect))
+
+    def close(self) -> None:
+        if not self._loop.loop.is_closed():
+            self._loop.run(self._p.close())
+
+    def __enter__(self) -> "Producer":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+class _Iter:
+    def __init__(self, loop: _Loop) -> None:
+        self._loop = loop
+
+    def _call(self, aw: Awaitable[T]) -> T:
+        async def go() -> T:
+            return await aw
+
+        return self._loop.run(go())
+
+
+class Tail(_Iter):
+    """Blocking live tail: an iterator of records."""
+
+    def __init__(self, loop: _Loop, t: aio.Tail) -> None:
+        super().__init__(loop)
+        self._t = t
+
+    @property
+    def next_offset(self) -> int:
+        return self._t.next_offset
+
+    def __enter__(self) -> "Tail":
+        self._call(self._t.start())
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __iter__(self) -> Iterator[Record]:
+        return self
+
+    def __next__(self) -> Record:
+        r = self._call(self._t.next())
+        if r is None:
+            raise StopIteration
+        return r
+
+    def next(self, timeout: Optional[float] = None) -> Optional[Record]:
+        """The next record; :class:`~corelog.errors.RequestTimeout` after ``timeout`` s."""
+        return self._call(self._t.next(timeout))
+
+    def close(self) -> None:
+        if not self._loop.loop.is_closed():
+            self._call(self._t.close())
+
+
+class Subscription(_Iter):
+    """Blocking subscription: an iterator of :class:`~corelog.types.Event`."""
+
+    def __init__(self, loop: _Loop, s: aio.Subscription) -> None:
+        super().__init__(loop)
+        self._s = s
+
+    @property
+    def positions(self) -> Dict[int, int]:
+        return self._s.positions
+
+    @property
+    def next_version(self) -> int:
+        return self._s.next_version
+
+    def __enter__(self) -> "Subscription":
+        self._call(self._s.start())
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __iter__(self) -> Iterator[Event]:
+        return self
+
+    def __next__(self) -> Event:
+        return self._call(self._s.next())
+
+    def next(self, timeout: Optional[float] = None) -> Event:
+        return self._call(self._s.next(timeout))
+
+    def close(self) -> None:
+        if not self._loop.loop.is_closed():
+            self._call(self._s.close())

@@ -1,0 +1,335 @@
+"""Fixtures: real corelog nodes (a leader + follower pair on loopback, mTLS), started
+from the binary in ``$CORELOG_BIN`` (default ``../../target/release/corelog`` relative to
+the package), with certificates from ``corelog certs --out``; free ports; every process
+stopped by pid in teardown. ``CORELOG_NO_SKIP=1`` turns any skip into a failure."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import socket
+import ssl
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Dict, Iterator, List, Optional, Tuple
+
+import pytest
+
+from corelog import codec
+
+PKG = Path(__file__).resolve().parent.parent
+REPO = PKG.parent.parent
+BIN = Path(os.environ.get("CORELOG_BIN") or PKG / "../../target/release/corelog").resolve()
+SHARDS = 2
+
+
+# ----------------------------------------------------------------------------- no skips
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[None]:
+    report = yield
+    if os.environ.get("CORELOG_NO_SKIP") == "1" and report.skipped:
+        report.outcome = "failed"
+        report.longrepr = f"skipped while CORELOG_NO_SKIP=1: {report.longrepr}"
+    return report
+
+
+def wait_until(cond: Callable[[], object], timeout: float, what: str, every: float = 0.02) -> object:
+    """Polls ``cond`` until it returns something truthy, at most ``timeout`` seconds."""
+    end = time.monotonic() + timeout
+    last: Optional[BaseException] = None
+    while time.monotonic() < end:
+        try:
+            v = cond()
+            if v:
+                return v
+        except Exception as e:  # noqa: BLE001 - keep polling, report the last error
+            last = e
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what} (last error: {last!r})")
+
+
+# ----------------------------------------------------------------------------- ports
+
+
+def _port_free(p: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", p))
+            return True
+        except OSError:
+            return False
+
+
+_taken: set = set()
+
+
+def free_base(offsets: List[int]) -> int:
+    """A base port B such that B + o is free for every o in ``offsets`` (and not handed
+    out before in this run)."""
+    rng = random.Random()
+    for _ in range(2000):
+        b = rng.randrange(20000, 60000)
+        ports = [b + o for o in offsets]
+        if not any(p in _taken for p in ports) and all(_port_free(p) for p in ports):
+            _taken.update(ports)
+            return b
+    raise RuntimeError("no free port range on 127.0.0.1")
+
+
+# ----------------------------------------------------------------------------- processes
+
+
+class Node:
+    """One ``corelog serve`` process (killed by pid in teardown)."""
+
+    def __init__(self, name: str, workdir: Path, certs: Path, role: str, client_port: int, repl_port: int,
+                 peer: str, extra: Tuple[str, ...] = ()) -> None:
+        self.name = name
+        self.data = workdir / name
+        self.log = workdir / f"{name}.log"
+        self.certs = certs
+        self.client_port = client_port
+        self.repl_port = repl_port
+        self.addr = f"127.0.0.1:{client_port}"
+        self.peer = peer
+        self.extra = tuple(extra)
+        self.role = role
+        self.proc: Optional[subprocess.Popen] = None
+
+    def args(self, role: str) -> List[str]:
+        ident = "follower" if role == "follower" else "server"
+        a = [str(BIN), "serve", "--role", role, "--data-dir", str(self.data), "--listen", self.addr,
+             "--repl-listen", f"127.0.0.1:{self.repl_port}", "--shard-count", str(SHARDS),
+             "--segment-bytes", str(4 << 20), "--cert", str(self.certs / f"{ident}.pem"),
+             "--key", str(self.certs / f"{ident}.key"), "--client-ca", str(self.certs / "ca.pem")]
+        a += ["--leader-addr", self.peer] if role == "follower" else ["--follower-addr", self.peer]
+        return a + list(self.extra)
+
+    def start(self, role: Optional[str] = None, extra: Optional[Tuple[str, ...]] = None) -> "Node":
+        if role is not None:
+            self.role = role
+        if extra is not None:
+            self.extra = tuple(extra)
+        assert self.proc is None or self.proc.poll() is not None, "already running"
+        logf = open(self.log, "ab")
+        self.proc = subprocess.Popen(self.args(self.role), stdout=logf, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL)
+        logf.close()
+        return self
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def kill(self) -> None:
+        """SIGKILL (a crash), then reap."""
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                os.kill(self.proc.pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=30)
+
+    def pause(self) -> None:
+        os.kill(self.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        os.kill(self.pid, signal.SIGCONT)
+
+    def log_text(self) -> str:
+        try:
+            return self.log.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def wait_ready(self, timeout: float = 30.0) -> None:
+        """Polls until the client port and every shard's direct port answer ``Hello``."""
+        def up() -> bool:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise AssertionError(f"{self.name} exited with {self.proc.returncode}:\n{self.log_text()[-3000:]}")
+            for port in [self.client_port] + [self.client_port + 1 + s for s in range(SHARDS)]:
+                with RawConn(f"127.0.0.1:{port}", self.certs) as c:
+                    c.hello()
+            return True
+
+        wait_until(up, timeout, f"{self.name} on {self.addr}", every=0.05)
+
+
+class Pair:
+    """A leader and its follower (2 shards each)."""
+
+    def __init__(self, workdir: Path, certs: Path, leader_extra: Tuple[str, ...] = (),
+                 follower_extra: Tuple[str, ...] = ()) -> None:
+        # client ports P (+1+s direct), repl R+s; leader at base, follower at base + 10
+        base = free_base([o for o in range(0, 4)] + [o for o in range(10, 14)] + [20, 21, 30, 31])
+        self.certs = certs
+        self.follower = Node("follower", workdir, certs, "follower", base + 10, base + 30,
+                             f"127.0.0.1:{base}", follower_extra)
+        self.leader = Node("leader", workdir, certs, "leader", base, base + 20, f"127.0.0.1:{base + 30}",
+                           leader_extra)
+
+    def start(self) -> "Pair":
+        self.follower.start()
+        self.leader.start()
+        self.follower.wait_ready()
+        self.leader.wait_ready()
+        return self
+
+    @property
+    def addrs(self) -> str:
+        """Leader first."""
+        return f"{self.leader.addr},{self.follower.addr}"
+
+    def stop(self) -> None:
+        for n in (self.leader, self.follower):
+            n.kill()
+
+    def cli(self, *args: str, addr: Optional[str] = None, input: Optional[bytes] = None,
+            check: bool = True) -> subprocess.CompletedProcess:
+        """Runs a ``corelog`` client command (append/read/tail) against this pair."""
+        cmd = [str(BIN), args[0], "--addr", addr or self.addrs, "--ca", str(self.certs / "ca.pem"),
+               "--cert", str(self.certs / "client.pem"), "--key", str(self.certs / "client.key"), *args[1:]]
+        r = subprocess.run(cmd, input=input, capture_output=True, timeout=60)
+        if check and r.returncode != 0:
+            raise AssertionError(f"{cmd} exited {r.returncode}: {r.stderr.decode(errors='replace')}")
+        return r
+
+    def settings(self, **kw: object) -> Dict[str, object]:
+        d: Dict[str, object] = {"certs": str(self.certs)}
+        d.update(kw)
+        return d
+
+
+@pytest.fixture(scope="session")
+def corelog_bin() -> Path:
+    if not BIN.is_file():
+        pytest.fail(f"corelog binary not found at {BIN} (build it, or set CORELOG_BIN)")
+    return BIN
+
+
+@pytest.fixture(scope="session")
+def certs(tmp_path_factory: pytest.TempPathFactory, corelog_bin: Path) -> Path:
+    d = tmp_path_factory.mktemp("certs")
+    subprocess.run([str(corelog_bin), "certs", "--out", str(d / "certs")], check=True, capture_output=True)
+    return d / "certs"
+
+
+@pytest.fixture(scope="session")
+def pair(tmp_path_factory: pytest.TempPathFactory, certs: Path) -> Iterator[Pair]:
+    """The shared pair most tests use (they never stop it)."""
+    p = Pair(tmp_path_factory.mktemp("pair"), certs)
+    try:
+        yield p.start()
+    finally:
+        p.stop()
+
+
+@pytest.fixture
+def make_pair(tmp_path_factory: pytest.TempPathFactory, certs: Path) -> Iterator[Callable[..., Pair]]:
+    """Dedicated pairs for tests that stop, pause or promote nodes."""
+    made: List[Pair] = []
+
+    def make(leader_extra: Tuple[str, ...] = (), follower_extra: Tuple[str, ...] = ()) -> Pair:
+        p = Pair(tmp_path_factory.mktemp("own"), certs, leader_extra, follower_extra)
+        made.append(p)
+        return p.start()
+
+    try:
+        yield make
+    finally:
+        for p in made:
+            p.stop()
+
+
+def uniq(prefix: str) -> str:
+    return f"{prefix}{os.getpid()}-{time.monotonic_ns()}-{random.randrange(1 << 30)}"
+
+
+# ----------------------------------------------------------------------------- raw protocol
+
+
+class RawConn:
+    """A blocking mTLS socket speaking raw frames (to provoke the server's errors)."""
+
+    def __init__(self, addr: str, certs: Path, timeout: float = 10.0) -> None:
+        host, port = codec.host_port(addr)
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_3
+        ctx.load_verify_locations(str(certs / "ca.pem"))
+        ctx.load_cert_chain(str(certs / "client.pem"), str(certs / "client.key"))
+        raw = socket.create_connection((host, port), timeout=timeout)
+        self.sock = ctx.wrap_socket(raw, server_hostname="localhost")
+        self.dec = codec.FrameDecoder()
+        self.eof = False
+
+    def __enter__(self) -> "RawConn":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+    def send(self, data: bytes) -> "RawConn":
+        self.sock.sendall(data)
+        return self
+
+    def frame(self) -> Optional[codec.Frame]:
+        """The next frame, ``None`` at EOF."""
+        while True:
+            f = self.dec.next_frame()
+            if f is not None:
+                return f
+            try:
+                data = self.sock.recv(1 << 16)
+            except (ConnectionResetError, ssl.SSLError, BrokenPipeError):
+                data = b""
+            if not data:
+                self.eof = True
+                return None
+            self.dec.feed(data)
+
+    def response(self) -> codec.Response:
+        f = self.frame()
+        assert f is not None, "connection closed where an answer was due"
+        return codec.parse_response(f)
+
+    def hello(self, version: int = codec.PROTOCOL_VERSION) -> codec.HelloOk:
+        self.send(codec.Hello(version).encode(0))
+        r = self.response()
+        assert isinstance(r, codec.HelloOk), r
+        return r
+
+    def closed_after(self, timeout: float = 10.0) -> bool:
+        """True if the server closes the connection (EOF) with nothing more sent."""
+        self.sock.settimeout(timeout)
+        return self.frame() is None
+
+
+def error_of(r: codec.Response) -> Tuple[int, str]:
+    assert isinstance(r, (codec.ErrorResponse, codec.WrongVersion, codec.OutOfRangeResponse)), r
+    if isinstance(r, codec.WrongVersion):
+        return codec.ErrorCode.WRONG_EXPECTED_VERSION, r.message
+    if isinstance(r, codec.OutOfRangeResponse):
+        return codec.ErrorCode.OUT_OF_RANGE, r.message
+    return r.code, r.message
+
+
+def frame(op: int, req_id: int, body: bytes) -> bytes:
+    return struct.pack("<IBQ", 9 + len(body), op, req_id) + body
+
+
+def run_py(*args: str, timeout: float = 120, cwd: Optional[Path] = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *args], capture_output=True, timeout=timeout, cwd=cwd)
