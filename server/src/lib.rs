@@ -11,6 +11,7 @@ pub mod certs;
 pub mod cli;
 pub mod control;
 pub mod coord;
+pub mod hist;
 pub mod index;
 pub mod inspect;
 pub mod logging;

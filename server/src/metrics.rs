@@ -8,8 +8,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::coord::cell::ControlCell;
+use crate::hist::{self, Hist};
+use std::path::{Path, PathBuf};
 
-use metrics::{counter, gauge, histogram, Counter, Gauge, Histogram};
+use metrics::{counter, gauge, Counter, Gauge};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 
 #[derive(Clone)]
@@ -18,8 +20,15 @@ pub struct ShardMetrics {
     pub bytes: Counter,
     pub batches: Counter,
     pub errors: Counter,
-    pub batch_records: Histogram,
-    pub fsync_seconds: Histogram,
+    pub batch_records: Arc<Hist>,
+    pub batch_bytes: Arc<Hist>,
+    pub fsync_seconds: Arc<Hist>,
+    /// Leader: an append's receipt to its acknowledgement.
+    pub append_seconds: Arc<Hist>,
+    /// Leader: a batch shipped to the follower's confirmation of it.
+    pub repl_rtt_seconds: Arc<Hist>,
+    /// Bytes of segment files.
+    pub log_bytes: Gauge,
     pub connections: Gauge,
     pub durable_offset: Gauge,
     pub log_end: Gauge,
@@ -48,8 +57,16 @@ impl ShardMetrics {
             bytes: counter!("corelog_append_bytes_total", "shard" => s.clone()),
             batches: counter!("corelog_batches_total", "shard" => s.clone()),
             errors: counter!("corelog_append_errors_total", "shard" => s.clone()),
-            batch_records: histogram!("corelog_batch_records", "shard" => s.clone()),
-            fsync_seconds: histogram!("corelog_fsync_seconds", "shard" => s.clone()),
+            batch_records: Hist::register("corelog_batch_records", format!("shard=\"{s}\""), hist::RECORDS),
+            batch_bytes: Hist::register("corelog_batch_bytes", format!("shard=\"{s}\""), hist::BYTES),
+            fsync_seconds: Hist::register("corelog_fsync_seconds", format!("shard=\"{s}\""), hist::SECONDS),
+            append_seconds: Hist::register("corelog_append_latency_seconds", format!("shard=\"{s}\""), hist::SECONDS),
+            repl_rtt_seconds: Hist::register(
+                "corelog_replication_rtt_seconds",
+                format!("shard=\"{s}\""),
+                hist::SECONDS,
+            ),
+            log_bytes: gauge!("corelog_log_bytes", "shard" => s.clone()),
             connections: gauge!("corelog_connections", "shard" => s.clone()),
             durable_offset: gauge!("corelog_committed_offset", "shard" => s.clone()),
             log_end: gauge!("corelog_log_end_offset", "shard" => s.clone()),
@@ -74,20 +91,37 @@ impl ShardMetrics {
 
 /// Installs the recorder. Call once, before any executor starts.
 pub fn install() -> PrometheusHandle {
-    PrometheusBuilder::new()
-        .set_buckets_for_metric(
-            metrics_exporter_prometheus::Matcher::Full("corelog_fsync_seconds".into()),
-            &[50e-6, 100e-6, 150e-6, 200e-6, 300e-6, 500e-6, 1e-3, 2e-3, 5e-3, 10e-3, 50e-3],
-        )
-        .and_then(|b| {
-            b.set_buckets_for_metric(
-                metrics_exporter_prometheus::Matcher::Full("corelog_batch_records".into()),
-                &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 4096.0, 16384.0],
-            )
-        })
-        .expect("static bucket lists are valid")
-        .install_recorder()
-        .expect("metrics recorder installed once")
+    // Histograms are `hist::Hist` (fixed buckets, nothing kept between scrapes), not the
+    // recorder's.
+    PrometheusBuilder::new().install_recorder().expect("metrics recorder installed once")
+}
+
+/// The recorder's metrics, the histograms, and the data dir's filesystem space.
+fn render(handle: &PrometheusHandle, data_dir: &Path) -> String {
+    let mut out = handle.render();
+    hist::render_all(&mut out);
+    if let Some((free, total)) = disk_space(data_dir) {
+        let _ = std::fmt::Write::write_fmt(
+            &mut out,
+            format_args!(
+                "# TYPE corelog_disk_free_bytes gauge\ncorelog_disk_free_bytes {free}\n# TYPE corelog_disk_total_bytes gauge\ncorelog_disk_total_bytes {total}\n"
+            ),
+        );
+    }
+    out
+}
+
+/// (bytes available to this process, total bytes) of the filesystem holding `dir`.
+fn disk_space(dir: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a NUL-terminated path and a statvfs struct we own.
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return None;
+    }
+    let f = st.f_frsize as u64;
+    Some((st.f_bavail as u64 * f, st.f_blocks as u64 * f))
 }
 
 /// Coordinator mode: `role=… epoch=… insync=… degraded=…`, appended to `/health`.
@@ -132,7 +166,13 @@ const MAX_HTTP_LINE: u64 = 8 * 1024;
 /// one thread per request, at most `MAX_HTTP_CONCURRENT` at once, each bounded by
 /// `HTTP_IO_TIMEOUT` for reading and for writing: a scraper that stops reading cannot
 /// keep `/health` from answering.
-pub fn serve(addr: SocketAddr, handle: PrometheusHandle, ctl: Arc<ControlCell>) -> std::io::Result<SocketAddr> {
+pub fn serve(
+    addr: SocketAddr,
+    handle: PrometheusHandle,
+    ctl: Arc<ControlCell>,
+    data_dir: PathBuf,
+) -> std::io::Result<SocketAddr> {
+    let data_dir = Arc::new(data_dir);
     let l = TcpListener::bind(addr)?;
     let local = l.local_addr()?;
     let busy = Arc::new(AtomicUsize::new(0));
@@ -143,9 +183,9 @@ pub fn serve(addr: SocketAddr, handle: PrometheusHandle, ctl: Arc<ControlCell>) 
                 counter!("corelog_http_refused_total").increment(1);
                 continue; // dropped: closed at once
             }
-            let (handle, ctl, slot) = (handle.clone(), ctl.clone(), busy.clone());
+            let (handle, ctl, slot, dir) = (handle.clone(), ctl.clone(), busy.clone(), data_dir.clone());
             let spawned = std::thread::Builder::new().name("metrics-req".into()).spawn(move || {
-                answer(&s, &handle, &ctl);
+                answer(&s, &handle, &ctl, &dir);
                 slot.fetch_sub(1, Ordering::AcqRel);
             });
             if spawned.is_err() {
@@ -157,7 +197,7 @@ pub fn serve(addr: SocketAddr, handle: PrometheusHandle, ctl: Arc<ControlCell>) 
     Ok(local)
 }
 
-fn answer(s: &TcpStream, handle: &PrometheusHandle, ctl: &ControlCell) {
+fn answer(s: &TcpStream, handle: &PrometheusHandle, ctl: &ControlCell, data_dir: &Path) {
     let _ = s.set_read_timeout(Some(HTTP_IO_TIMEOUT));
     let _ = s.set_write_timeout(Some(HTTP_IO_TIMEOUT));
     let mut r = BufReader::new(s.take(MAX_HTTP_LINE * 101));
@@ -174,7 +214,7 @@ fn answer(s: &TcpStream, handle: &PrometheusHandle, ctl: &ControlCell) {
     }
     let path = line.split_whitespace().nth(1).unwrap_or("");
     let (status, body) = match path {
-        "/metrics" => ("200 OK", handle.render()),
+        "/metrics" => ("200 OK", render(handle, data_dir)),
         "/health" if ctl.started() => ("200 OK", health_body()),
         "/health" => ("503 Service Unavailable", "starting\n".to_string()),
         _ => ("404 Not Found", "not found\n".to_string()),

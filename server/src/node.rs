@@ -142,7 +142,10 @@ pub fn serve(mut cfg: ServeConfig) -> Result<(), String> {
     }
     let handle = metrics::install();
     let metrics_addr = match cfg.metrics_listen {
-        Some(a) => Some(metrics::serve(a, handle, ctl.clone()).map_err(|e| format!("metrics listen {a}: {e}"))?),
+        Some(a) => Some(
+            metrics::serve(a, handle, ctl.clone(), cfg.data_dir.clone())
+                .map_err(|e| format!("metrics listen {a}: {e}"))?,
+        ),
         None => None,
     };
     let ncpu = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);

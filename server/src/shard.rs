@@ -119,6 +119,8 @@ struct Waiter {
     conn: Rc<ConnOut>,
     req_id: u64,
     form: AckForm,
+    /// When the append was taken (for `corelog_append_latency_seconds`).
+    at: Instant,
 }
 
 /// A retried idempotent append whose original is not committed yet: answered with the
@@ -163,6 +165,8 @@ pub struct Recent {
     pub count: u32,
     pub epoch: u32,
     pub records: Rc<Vec<u8>>,
+    /// When it was handed to the link (for `corelog_replication_rtt_seconds`).
+    pub shipped: Instant,
 }
 
 #[derive(Clone)]
@@ -341,6 +345,18 @@ impl Shard {
     pub fn follower_acked(&self, next: u64) {
         assert!(next <= self.assigned(), "follower acked {next}, beyond the {} offsets assigned", self.assigned());
         if next > self.follower_next.get() {
+            // Round trip of every batch shipped that this confirmation covers in full.
+            let now = Instant::now();
+            let prev = self.follower_next.get();
+            for r in self.recent.borrow().iter().rev() {
+                let end = r.first_offset + r.count as u64;
+                if end <= prev {
+                    break;
+                }
+                if end <= next {
+                    self.metrics.repl_rtt_seconds.record(now.duration_since(r.shipped).as_secs_f64());
+                }
+            }
             self.follower_next.set(next);
             self.follower_progress.set(Instant::now());
             self.release();
@@ -477,7 +493,7 @@ impl Shard {
         let offset = self.next_assign.get();
         record::encode_ex(offset, self.epoch.get(), ext, payload, &mut b.records);
         b.count += 1;
-        b.waiters.push(Waiter { conn: conn.clone(), req_id, form });
+        b.waiters.push(Waiter { conn: conn.clone(), req_id, form, at: Instant::now() });
         conn.inflight.set(conn.inflight.get() + 1);
         self.next_assign.set(offset + 1);
         self.staged_bytes.set(self.staged_bytes.get() + len);
@@ -621,7 +637,13 @@ impl Shard {
             let records = Rc::new(b.records);
             if self.role.get() == Role::Leader && !self.cfg.standalone {
                 // Ship while writing locally, not after.
-                self.remember(Recent { first_offset: b.first_offset, count: b.count, epoch, records: records.clone() });
+                self.remember(Recent {
+                    first_offset: b.first_offset,
+                    count: b.count,
+                    epoch,
+                    records: records.clone(),
+                    shipped: Instant::now(),
+                });
                 self.shipped_ev.notify();
             }
             let first_epoch = first_record_epoch(&records);
@@ -646,6 +668,7 @@ impl Shard {
             self.metrics.fsync_seconds.record(t.elapsed().as_secs_f64());
             self.metrics.batches.increment(1);
             self.metrics.batch_records.record(b.count as f64);
+            self.metrics.batch_bytes.record(records.len() as f64);
             self.metrics.bytes.increment(records.len() as u64);
             self.staged_bytes.set(self.staged_bytes.get() - records.len());
             if !b.waiters.is_empty() {
@@ -677,6 +700,7 @@ impl Shard {
         }
         self.release_dups(end);
         let mut n = 0u64;
+        let now = Instant::now();
         let mut unacked = self.unacked.borrow_mut();
         while let Some(u) = unacked.front_mut() {
             while u.first_offset < end {
@@ -684,6 +708,7 @@ impl Shard {
                     break;
                 };
                 w.conn.push_appended(w.req_id, self.id(), u.first_offset, w.form);
+                self.metrics.append_seconds.record(now.duration_since(w.at).as_secs_f64());
                 u.first_offset += 1;
                 n += 1;
             }
@@ -700,6 +725,7 @@ impl Shard {
         }
         self.metrics.durable_offset.set(end as f64);
         self.metrics.log_end.set(self.log.next_offset() as f64);
+        self.metrics.log_bytes.set(self.log.disk_bytes() as f64);
         if !self.cfg.standalone && self.role.get() == Role::Leader {
             let lag = self.log.next_offset().saturating_sub(self.follower_next.get());
             self.metrics.replication_lag.set(lag as f64);

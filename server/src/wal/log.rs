@@ -99,6 +99,11 @@ impl Log {
         self.segments.borrow().len()
     }
 
+    /// Bytes of segment files (each preallocated to the segment size).
+    pub fn disk_bytes(&self) -> u64 {
+        self.segment_count() as u64 * self.segment_bytes
+    }
+
     pub fn dir(&self) -> &Path {
         &self.dir
     }
