@@ -23,6 +23,7 @@ pub mod quickstart;
 pub mod replica;
 pub mod retention;
 pub mod shard;
+pub mod shutdown;
 pub mod snapshot;
 pub mod streams;
 pub mod sync;

@@ -275,6 +275,11 @@ struct ServeArgs {
     /// (fractions allowed, e.g. 0.5). Off by default.
     #[arg(long)]
     retain_hours: Option<f64>,
+    /// SIGTERM/SIGINT: stop taking appends and connections, answer what was taken, close
+    /// connections, exit 0 — within this many milliseconds, else exit 1 at once (as
+    /// does a second signal).
+    #[arg(long, default_value_t = 15_000, value_parser = clap::value_parser!(u64).range(1..))]
+    shutdown_timeout_ms: u64,
 }
 
 fn serve_config(a: ServeArgs) -> Result<ServeConfig, String> {
@@ -330,6 +335,7 @@ fn serve_config(a: ServeArgs) -> Result<ServeConfig, String> {
     };
     Ok(ServeConfig {
         retain: corelog_server::retention::Policy { bytes: a.retain_bytes, age },
+        shutdown_timeout: Duration::from_millis(a.shutdown_timeout_ms),
         data_dir: a.data_dir,
         listen: a.listen,
         shard_count,

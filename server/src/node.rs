@@ -59,6 +59,8 @@ pub struct ServeConfig {
     pub coord: Option<CoordConfig>,
     /// Which old segments each shard deletes (`retention.rs`).
     pub retain: crate::retention::Policy,
+    /// SIGTERM/SIGINT: how long the graceful shutdown may take (`shutdown.rs`).
+    pub shutdown_timeout: Duration,
 }
 
 #[derive(Clone, Debug)]
@@ -74,6 +76,7 @@ fn port_plus(addr: SocketAddr, n: u16) -> SocketAddr {
 
 /// Runs the node until the process is killed. Returns only on a start-up error.
 pub fn serve(mut cfg: ServeConfig) -> Result<(), String> {
+    crate::shutdown::block_signals(); // before any thread: only the shutdown thread takes them
     let mut ctl = Arc::new(ControlCell::unbounded(cfg.shards.len()));
     let mut term_epoch = None;
     if let Some(cc) = cfg.coord.clone() {
@@ -105,6 +108,7 @@ pub fn serve(mut cfg: ServeConfig) -> Result<(), String> {
             .spawn(move || coordinator.run(ctl))
             .map_err(|e| format!("start the coordinator thread: {e}"))?;
     }
+    crate::shutdown::spawn(ctl.clone(), cfg.shutdown_timeout)?;
     if cfg.shards.is_empty() || cfg.shards.iter().any(|s| *s >= cfg.shard_count) {
         return Err(format!("--shards {:?} must be non-empty and below --shard-count {}", cfg.shards, cfg.shard_count));
     }

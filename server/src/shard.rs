@@ -238,6 +238,11 @@ pub struct Shard {
     /// Follower: offsets below are durable on the leader too (as its batches show), so
     /// no handshake will ever cut them: retention may delete them.
     peer_durable: Cell<u64>,
+    /// Draining (graceful shutdown): every append was answered; client connections close.
+    closing: Cell<bool>,
+    closing_ev: Event,
+    /// Client connections open on this shard's executor.
+    open_conns: Cell<usize>,
     /// A trim is running (one at a time; `retention::trim`).
     pub trimming: Cell<bool>,
     pub trim_done: Event,
@@ -286,6 +291,9 @@ impl Shard {
             index: RefCell::new(index),
             dups: Default::default(),
             peer_durable: Cell::new(0),
+            closing: Cell::new(false),
+            closing_ev: Event::default(),
+            open_conns: Cell::new(0),
             trimming: Cell::new(false),
             trim_done: Event::default(),
             metrics,
@@ -421,6 +429,10 @@ impl Shard {
 
     /// Why this node takes no appends (or subscriptions) now, if it does not.
     pub fn refuse(&self) -> Option<(ErrorCode, String)> {
+        if self.cfg.ctl.draining() {
+            let msg = "this node is shutting down (SIGTERM/SIGINT); nothing written: retry on another node or after it restarts";
+            return Some((ErrorCode::ShuttingDown, msg.into()));
+        }
         match self.role.get() {
             Role::Leader => None,
             Role::Follower => Some((ErrorCode::NotLeader, self.cfg.leader_addr.clone().unwrap_or_default())),
@@ -850,7 +862,49 @@ impl Shard {
             glommio::timer::sleep(Duration::from_millis(20)).await;
             self.sync_control();
             self.expire(Instant::now());
+            self.drain_step();
         }
+    }
+
+    /// Graceful shutdown, on this shard: once every append taken has its answer, client
+    /// connections are told to close (each sends what it holds, then closes its TLS
+    /// session); once none is open the shard reports itself drained.
+    fn drain_step(&self) {
+        if !self.cfg.ctl.draining() {
+            return;
+        }
+        if !self.closing.get() && self.unacked_count.get() == 0 && self.dups.borrow().is_empty() {
+            log::info!(
+                "shard {}: every append taken is answered; closing {} client connection(s)",
+                self.id(),
+                self.open_conns.get()
+            );
+            self.closing.set(true);
+            self.closing_ev.notify();
+        }
+        if self.closing.get() && self.open_conns.get() == 0 {
+            self.cfg.ctl.slots[self.cfg.slot].drained.store(true, Ordering::SeqCst);
+        }
+    }
+
+    /// Draining: new client connections are closed at accept.
+    pub fn draining(&self) -> bool {
+        self.cfg.ctl.draining()
+    }
+
+    /// Resolves when the shard asks its client connections to close (graceful shutdown).
+    pub async fn closing(&self) {
+        while !self.closing.get() {
+            self.closing_ev.wait().await;
+        }
+    }
+
+    pub fn conn_opened(&self) {
+        self.open_conns.set(self.open_conns.get() + 1);
+    }
+
+    pub fn conn_closed(&self) {
+        self.open_conns.set(self.open_conns.get() - 1);
     }
 
     /// Acts on the coordinator's decisions and tells it what it needs to decide on the
@@ -858,7 +912,9 @@ impl Shard {
     fn sync_control(&self) {
         let ctl = &self.cfg.ctl;
         if ctl.stopping() {
-            self.fence("the coordinator ended this node's term");
+            if !ctl.draining() {
+                self.fence("the coordinator ended this node's term");
+            }
             return;
         }
         let solo = ctl.solo();

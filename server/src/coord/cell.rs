@@ -23,6 +23,8 @@ pub struct ControlCell {
     started: AtomicBool,
     /// Roles come from etcd (coordinator mode), not from flags.
     coordinated: AtomicBool,
+    /// SIGTERM/SIGINT: take nothing new, answer what is in flight (`shutdown.rs`).
+    draining: AtomicBool,
     pub slots: Vec<ShardSlot>,
 }
 
@@ -45,6 +47,8 @@ pub struct ShardSlot {
     pub writing: AtomicBool,
     /// Follower: replication links from a leader that ended (a counter).
     pub links_lost: AtomicU64,
+    /// Draining: every append taken was answered and every client connection closed.
+    pub drained: AtomicBool,
 }
 
 impl ControlCell {
@@ -57,6 +61,7 @@ impl ControlCell {
             gen: AtomicU64::new(1),
             started: AtomicBool::new(false),
             coordinated: AtomicBool::new(false),
+            draining: AtomicBool::new(false),
             slots: (0..shards).map(|_| ShardSlot::default()).collect(),
         }
     }
@@ -113,6 +118,15 @@ impl ControlCell {
 
     pub fn stopping(&self) -> bool {
         self.stop.load(Ordering::SeqCst)
+    }
+
+    /// A graceful shutdown began: refuse new appends and connections.
+    pub fn drain(&self) {
+        self.draining.store(true, Ordering::SeqCst);
+    }
+
+    pub fn draining(&self) -> bool {
+        self.draining.load(Ordering::Relaxed)
     }
 
     /// After this returns, a shard either sees the stop before its next write or has

@@ -45,9 +45,16 @@ pub async fn serve(shard: Rc<Shard>, sock: TcpStream, tls: Option<rustls::Connec
         }
     };
     shard.metrics.connections.increment(1.0);
+    shard.conn_opened();
     let out = Rc::new(ConnOut::default());
     let writer = glommio::spawn_local(write_loop(out.clone(), wr));
-    let result = read_loop(&shard, &mut rd, &out, hello_by).await;
+    // A graceful shutdown stops reading once every append taken is answered; what is
+    // buffered is still sent and the session closed (below).
+    let closing = async {
+        shard.closing().await;
+        Ok(())
+    };
+    let result = futures_lite::future::or(read_loop(&shard, &mut rd, &out, hello_by), closing).await;
     match result {
         Err((code, msg, req_id)) => out.push_error(req_id, code, &msg),
         // The client closed its sending side: what it sent is still answered (every
@@ -62,6 +69,7 @@ pub async fn serve(shard: Rc<Shard>, sock: TcpStream, tls: Option<rustls::Connec
     out.wake.notify();
     writer.await;
     shard.metrics.connections.decrement(1.0);
+    shard.conn_closed();
 }
 
 type Fail = (ErrorCode, String, u64);

@@ -79,6 +79,10 @@ pub async fn accept_clients(shard: Rc<Shard>, listener: TcpListener, tls_cfg: tl
     loop {
         match listener.accept().await {
             Ok(sock) => {
+                if shard.draining() {
+                    drop(sock); // shutting down: closed at once
+                    continue;
+                }
                 let Some(slot) = cap.try_take() else {
                     shard.metrics.connections_refused.increment(1);
                     drop(sock);
