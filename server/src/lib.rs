@@ -9,6 +9,7 @@
 
 pub mod certs;
 pub mod cli;
+pub mod config;
 pub mod control;
 pub mod coord;
 pub mod hist;

@@ -1,14 +1,16 @@
 //! `corelog`: one binary for the server and its tools.
 
+use std::collections::BTreeMap;
+use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use corelog_server::cli::{self, ConnArgs};
 use corelog_server::coord::CoordConfig;
 use corelog_server::node::{self, NodeRole, ServeConfig, TlsFiles};
-use corelog_server::{certs, control, inspect, quickstart};
+use corelog_server::{certs, config, control, inspect, quickstart};
 
 #[derive(Parser)]
 #[command(name = "corelog", version, about = "Thread-per-core durable replicated event log")]
@@ -148,6 +150,14 @@ enum AdminCmd {
 
 #[derive(clap::Args)]
 struct ServeArgs {
+    /// Settings from a TOML file (keys named like the flags); precedence flag >
+    /// environment (CORELOG_<FLAG>) > file > default (docs/operations.md §2).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Print the effective configuration (each setting and where it came from) as TOML
+    /// and exit without starting.
+    #[arg(long)]
+    print_config: bool,
     #[arg(long)]
     data_dir: PathBuf,
     /// Log lines on stderr: `text` (`<UTC timestamp> <LEVEL> <message>`) or `json` (one
@@ -360,15 +370,64 @@ fn serve_config(a: ServeArgs) -> Result<ServeConfig, String> {
     })
 }
 
+/// `corelog serve`: its arguments completed from CORELOG_<FLAG> variables and the
+/// `--config` file (`config.rs`); other commands unchanged.
+fn with_settings(mut argv: Vec<OsString>) -> (Vec<OsString>, BTreeMap<String, config::Source>) {
+    if argv.get(1).is_none_or(|a| a != "serve") {
+        return (argv, BTreeMap::new());
+    }
+    let cmd = Cli::command();
+    let serve = cmd.find_subcommand("serve").expect("serve is a subcommand");
+    match config::expand(serve, &argv[2..], &|k| std::env::var(k).ok()) {
+        Ok((rest, sources)) => {
+            argv.truncate(2);
+            argv.extend(rest);
+            (argv, sources)
+        }
+        Err(e) => {
+            eprintln!("corelog: error: {e}");
+            std::process::exit(2);
+        }
+    }
+}
+
 fn main() {
     // A panic anywhere (e.g. an executor thread) stops the whole process: never serve
     // with a dead shard behind a healthy /health.
     std::panic::set_hook(Box::new(|info| {
         corelog_server::fatal(&info.to_string());
     }));
-    let cli = Cli::parse();
+    let (argv, sources) = with_settings(std::env::args_os().collect());
+    let matches = match Cli::command().try_get_matches_from(&argv) {
+        Ok(m) => m,
+        Err(e) => {
+            let from: Vec<String> = sources
+                .iter()
+                .filter(|(_, s)| matches!(s, config::Source::Env | config::Source::File))
+                .map(|(k, s)| {
+                    format!(
+                        "{k} ({})",
+                        if *s == config::Source::Env { config::env_name(k) } else { "--config file".into() }
+                    )
+                })
+                .collect();
+            let _ = e.print();
+            if !from.is_empty() && e.use_stderr() {
+                eprintln!("note: settings taken from the environment or the --config file: {}", from.join(", "));
+            }
+            std::process::exit(e.exit_code());
+        }
+    };
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let serving = matches!(cli.cmd, Cmd::Serve(_));
     let r: Result<(), String> = match cli.cmd {
+        Cmd::Serve(a) if a.print_config => {
+            let cmd = Cli::command();
+            let serve = cmd.find_subcommand("serve").expect("serve is a subcommand");
+            let m = matches.subcommand_matches("serve").expect("parsed as serve");
+            print!("{}", config::print(serve, m, &sources));
+            Ok(())
+        }
         Cmd::Serve(a) => {
             corelog_server::logging::init(a.log_format);
             serve_config(*a).and_then(node::serve)
