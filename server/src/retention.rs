@@ -20,8 +20,10 @@ use crate::index::LogIndex;
 use crate::shard::Shard;
 use crate::snapshot;
 
-/// How often a shard with a retention setting checks its segments.
-pub const CHECK_EVERY: Duration = Duration::from_secs(1);
+/// How often a shard with a retention setting checks its segments: the disk holds at
+/// most the retained bytes, the segment being written and what this much time of
+/// appends adds.
+pub const CHECK_EVERY: Duration = Duration::from_millis(200);
 /// Bytes read per chunk while the trimmed records are fed to the snapshot's index.
 const FEED_CHUNK: usize = 1024 * 1024;
 
@@ -107,7 +109,7 @@ pub async fn trim(shard: &Rc<Shard>, before: Option<u64>) -> Result<u64, String>
 async fn trim_once(shard: &Rc<Shard>, before: Option<u64>) -> Result<u64, String> {
     let log = &shard.log;
     let old_first = log.first_offset();
-    let segs = stats(log.segment_paths())?;
+    let segs = stats(log.segment_paths(), log.segment_bytes(), shard.cfg.retain.age.is_some())?;
     let Some(first) = cut(&segs, &shard.cfg.retain, before, shard.trim_floor(), SystemTime::now()) else {
         return Ok(old_first);
     };
@@ -148,13 +150,19 @@ async fn trim_once(shard: &Rc<Shard>, before: Option<u64>) -> Result<u64, String
     Ok(first)
 }
 
-fn stats(paths: Vec<(u64, PathBuf)>) -> Result<Vec<SegStat>, String> {
+/// Segments are preallocated to `size`; their modification times are read (a stat per
+/// segment) only for an age policy.
+fn stats(paths: Vec<(u64, PathBuf)>, size: u64, mtime: bool) -> Result<Vec<SegStat>, String> {
     paths
         .into_iter()
         .map(|(first, p)| {
-            let m = std::fs::metadata(&p).map_err(|e| format!("stat {}: {e}", p.display()))?;
-            let modified = m.modified().map_err(|e| format!("mtime of {}: {e}", p.display()))?;
-            Ok(SegStat { first, bytes: m.len(), modified })
+            let modified = if mtime {
+                let m = std::fs::metadata(&p).map_err(|e| format!("stat {}: {e}", p.display()))?;
+                m.modified().map_err(|e| format!("mtime of {}: {e}", p.display()))?
+            } else {
+                SystemTime::UNIX_EPOCH
+            };
+            Ok(SegStat { first, bytes: size, modified })
         })
         .collect()
 }

@@ -385,3 +385,29 @@ fn admin_trim_keeps_what_the_follower_needs_and_answers_out_of_range() {
     p.leader.kill9();
     p.follower.kill9();
 }
+
+#[test]
+fn retain_hours_deletes_segments_by_age() {
+    let dir = TempDir::new("retention-age");
+    let ports = ports();
+    let data = dir.path().join("node");
+    // 0.0005 h = 1.8 s since a segment's last write.
+    let args =
+        Node::args(Mode::Standalone, &data, ports, None, "", &["--shard-count", "1", "--retain-hours", "0.0005"]);
+    let mut n = Node::new("standalone", data, ports, args);
+    n.start();
+    let rt = runtime();
+    let t = Instant::now(); // no segment was written before this
+    let written = fill(&rt, &n.addr(), 2500); // ~10 MiB of blocks: three segments
+    let deadline = t + Duration::from_secs(60);
+    while n.metric_sum("corelog_trimmed_segments_total") < 2.0 {
+        assert!(Instant::now() < deadline, "no segment deleted by age:\n{}", n.log_text());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(t.elapsed() >= Duration::from_millis(1800), "deleted after {:?}, before its age", t.elapsed());
+    let first = first_offset(&rt, &n.addr(), 0);
+    assert!(first > 0);
+    let recs = read_from(&rt, &n.addr(), 0, first);
+    assert_eq!(recs.last().map(|r| r.offset), written.last().map(|p| p.offset), "the active segment stays");
+    n.kill9();
+}

@@ -99,6 +99,10 @@ impl Log {
         self.segments.borrow().len()
     }
 
+    pub fn segment_bytes(&self) -> u64 {
+        self.segment_bytes
+    }
+
     /// Bytes of segment files (each preallocated to the segment size).
     pub fn disk_bytes(&self) -> u64 {
         self.segment_count() as u64 * self.segment_bytes
