@@ -78,6 +78,12 @@ def seeds():
     s["wrong_version"] = frame(0xFF, 9, struct.pack("<HH", 21, len(m)) + m + struct.pack("<Q", 4))
     ev = record(7, 1, b"created", stream=("order-42", 0)) + record(9, 1, b"paid", producer=(1, 2), stream=("order-42", 1))
     s["stream_records"] = frame(0x85, 11, struct.pack("<HQQI", 0, 2, 2, 2) + ev)
+    # Retention.
+    s["trim"] = frame(0x08, 12, struct.pack("<HQ", 0, 1 << 20))
+    s["trimmed"] = frame(0x86, 12, struct.pack("<HQ", 0, 4096))
+    m = "offset 0 was deleted by retention; the first still held is 4096".encode()
+    s["out_of_range"] = frame(0xFF, 13, struct.pack("<HH", 7, len(m)) + m + struct.pack("<Q", 4096))
+    s["out_of_range_v1"] = frame(0xFF, 13, struct.pack("<HH", 7, len(m)) + m)
     s["records"] = frame(0x83, 3, struct.pack("<HQI", 0, 5 + len(pays), len(pays)) + recs)
     s["records_empty"] = frame(0x83, 3, struct.pack("<HQI", 0, 0, 0))
     s["error_not_leader"] = error(1, 5, "10.0.0.1:9400")

@@ -17,7 +17,8 @@
 //!   to the same bytes and `record::peek` agrees with `record::decode`.
 //! - protocol version 2: `Append2` (with and without a producer and a stream),
 //!   `Appended2` (with and without a version), `ReadStream`, `StreamRecords` and the
-//!   `WrongExpectedVersion` error go through the same parse / re-encode checks as every
+//!   `WrongExpectedVersion` error, `Trim` / `Trimmed` and the `OutOfRange` error with its
+//!   first offset (retention) go through the same parse / re-encode checks as every
 //!   other frame; records with producer and stream extensions likewise.
 
 #![no_main]
@@ -86,6 +87,13 @@ fn check_response(f: &Frame<'_>, wire: &[u8]) {
             check_error_message(m1, m2);
             if m1.len() <= MAX_ERROR_MESSAGE {
                 assert_eq!(out, wire, "error response encoding is not canonical");
+            }
+        }
+        (Response::OutOfRange { first: a, message: m1 }, Response::OutOfRange { first: b, message: m2 }) => {
+            assert_eq!(a, b);
+            check_error_message(m1, m2);
+            if m1.len() <= MAX_ERROR_MESSAGE {
+                assert_eq!(out, wire, "OutOfRange encoding is not canonical");
             }
         }
         (

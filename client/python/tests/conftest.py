@@ -5,6 +5,7 @@ stopped by pid in teardown. ``CORELOG_NO_SKIP=1`` turns any skip into a failure.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import random
 import signal
@@ -19,6 +20,8 @@ from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 import pytest
 
+import corelog
+import corelog.aio
 from corelog import codec
 
 PKG = Path(__file__).resolve().parent.parent
@@ -247,6 +250,74 @@ def make_pair(tmp_path_factory: pytest.TempPathFactory, certs: Path) -> Iterator
     finally:
         for p in made:
             p.stop()
+
+
+class Trimmed:
+    """A dedicated pair whose shard 0 was filled past a few 4 MiB segments and then
+    trimmed on both nodes (docs/operations.md §13), for the retention tests (read only:
+    they must not append to shard 0 or trim it again).
+
+    ``stream`` (on shard 0) has ``early`` events written before the filler (deleted by
+    the trim) and ``late`` events written after it (kept): ``stream_first`` is the first
+    version still held. ``first[node.addr]``: what ``trim`` returned on that node."""
+
+    FILL = 3000
+    PAYLOAD = 4096
+
+    def __init__(self, pair: Pair) -> None:
+        self.pair = pair
+        self.early = 5
+        self.late = 3
+        self.stream = ""
+        self.fill_offsets: List[int] = []
+        self.late_offsets: List[int] = []
+        self.before = 0
+        self.first: Dict[str, int] = {}
+
+    @property
+    def stream_first(self) -> int:
+        return self.early
+
+    def build(self) -> "Trimmed":
+        while True:
+            self.stream = uniq("retained-")
+            if codec.stream_shard(self.stream, SHARDS) == 0:
+                break
+
+        async def go() -> None:
+            cfg = corelog.ClientConfig(certs=str(self.pair.certs))
+            async with corelog.aio.Client(self.pair.leader.addr, cfg) as c:
+                for i in range(self.early):
+                    assert (await c.append_to(self.stream, b"early %d" % i, i - 1 if i else "none")).version == i
+                direct = await c.for_shard(0)  # shard 0's direct port: every filler on shard 0
+                payloads = [bytes([48 + i % 10]) * self.PAYLOAD for i in range(self.FILL)]
+                for k in range(0, self.FILL, 500):
+                    got = await direct.append_many(payloads[k:k + 500])
+                    assert {p.shard for p in got} == {0}
+                    self.fill_offsets += [p.offset for p in got]
+                for i in range(self.late):
+                    v = self.early + i
+                    a = await c.append_to(self.stream, b"late %d" % v, v - 1)
+                    assert a.version == v and a.shard == 0
+                    self.late_offsets.append(a.offset)
+            self.before = self.late_offsets[0]
+            for node in (self.pair.leader, self.pair.follower):
+                async with corelog.aio.Client(node.addr, cfg) as c:
+                    self.first[node.addr] = await c.trim(0, self.before)
+
+        asyncio.run(asyncio.wait_for(go(), 180))
+        return self
+
+
+@pytest.fixture(scope="session")
+def trimmed(tmp_path_factory: pytest.TempPathFactory, certs: Path) -> Iterator[Trimmed]:
+    """A pair of its own, shard 0 trimmed on both nodes (see :class:`Trimmed`)."""
+    p = Pair(tmp_path_factory.mktemp("trimmed"), certs)
+    try:
+        p.start()
+        yield Trimmed(p).build()
+    finally:
+        p.stop()
 
 
 def uniq(prefix: str) -> str:

@@ -4,10 +4,6 @@ both on the wire (raw frames) and as the client's typed exception.
 Codes this suite does not provoke, and why (docs/protocol.md §4; server/src/net/conn.rs,
 server/src/shard.rs, server/src/producers.rs):
 
-* 7 ``OutOfRange`` — not sent by the server build these tests were written against
-  (a ``Read`` past the end is an empty ``Records``). A retention change in progress
-  sends it, with the first offset still held after the message; the codec parses that
-  form (test_codec.py) but no test here trims a log yet.
 * 9 ``Overloaded`` — defined, never sent (back-pressure instead, protocol.md §7).
 * 11 ``ShuttingDown`` — defined, never sent (no graceful shutdown in this build).
 * 12 ``Internal`` — only on an I/O error reading the log; not provoked.
@@ -27,9 +23,9 @@ import pytest
 import corelog
 import corelog.aio
 from corelog import ErrorCode, codec
-from corelog.codec import Append, Append2, Hello, ProducerSeq, Read, ReadStream, StreamReq, Subscribe, Tail
+from corelog.codec import Append, Append2, Hello, ProducerSeq, Read, ReadStream, StreamReq, Subscribe, Tail, Trim
 
-from conftest import BIN, Pair, RawConn, error_of, frame, uniq, wait_until
+from conftest import BIN, Pair, RawConn, Trimmed, error_of, frame, uniq, wait_until
 
 #: Code -> the test that provokes it (checked against ErrorCode below).
 PROVOKED = {
@@ -39,6 +35,7 @@ PROVOKED = {
     ErrorCode.BAD_VERSION: "test_bad_version",
     ErrorCode.NOT_LEADER: "test_not_leader",
     ErrorCode.NO_SUCH_SHARD: "test_no_such_shard",
+    ErrorCode.OUT_OF_RANGE: "test_out_of_range",
     ErrorCode.REPLICATION_TIMEOUT: "test_replication_timeout",
     ErrorCode.FENCED: "test_fenced_unavailable_and_outcome_unknown",
     ErrorCode.BAD_HANDSHAKE: "test_bad_handshake",
@@ -54,7 +51,6 @@ PROVOKED = {
 }
 #: Defined but not provoked here (see the module docstring for why).
 NOT_PROVOKED = {
-    ErrorCode.OUT_OF_RANGE: "not sent by this server build (retention in progress sends it)",
     ErrorCode.OVERLOADED: "defined, never sent: back-pressure instead",
     ErrorCode.SHUTTING_DOWN: "defined, never sent: no graceful shutdown in this build",
     ErrorCode.INTERNAL: "only on a server I/O error reading the log",
@@ -225,6 +221,78 @@ def test_no_such_shard(pair: Pair) -> None:
         try:
             with pytest.raises(corelog.NoSuchShard):
                 corelog.aio._response(await conn.call(Read(1, 0, 10).encode(0), 10))
+        finally:
+            await conn.aclose()
+
+    asyncio.run(go())
+
+
+def test_out_of_range(trimmed: Trimmed) -> None:
+    """Retention deleted the start of shard 0 on both nodes (the ``trimmed`` fixture):
+    a ``Read``, ``Tail``, prefix ``Subscribe`` below the first offset, a ``ReadStream``
+    or stream ``Subscribe`` below the stream's first version get code 7 with the first
+    offset (version) after the message on a version-2 connection, without it on a
+    version-1 connection. Reads keep the connection open; push streams end."""
+    t = trimmed
+    s = t.stream.encode()
+    for node in (t.pair.leader, t.pair.follower):
+        first = t.first[node.addr]
+        with RawConn(codec.shard_addr(node.addr, 0), t.pair.certs) as c:
+            c.hello()
+            c.send(Read(0, 0, 4096).encode(1))
+            f = c.frame()
+            assert f is not None and f.req_id == 1
+            r = codec.parse_response(f)
+            assert isinstance(r, codec.OutOfRangeResponse) and r.first == first, r
+            code, msg = error_of(r)
+            assert code == ErrorCode.OUT_OF_RANGE and "offset 0" in msg and f"is {first}" in msg, msg
+            c.send(ReadStream(s, 0).encode(2))
+            r = c.response()
+            assert isinstance(r, codec.OutOfRangeResponse) and r.first == t.stream_first, r
+            # Still open: reads at the first offset and version answer.
+            c.send(Read(0, first, 4096).encode(3))
+            r = c.response()
+            assert isinstance(r, codec.Records) and r.count >= 1
+            assert next(codec.iter_records(r.records)).offset == first
+            c.send(Trim(0, 0).encode(4))
+            r = c.response()
+            assert r == codec.Trimmed(0, first)
+            # A tail below the first offset: the push stream ends with the error (the server
+            # keeps the connection until the client closes it; the client's Tail does).
+            c.send(Tail(0, first - 1).encode(5))
+            r = c.response()
+            assert isinstance(r, codec.OutOfRangeResponse) and r.first == first
+        # Version 1: code 7 without the trailing first offset.
+        with RawConn(codec.shard_addr(node.addr, 0), t.pair.certs) as c:
+            assert c.hello(1).version == 1
+            c.send(Read(0, 0, 4096).encode(1))
+            r = c.response()
+            assert isinstance(r, codec.ErrorResponse) and r.code == ErrorCode.OUT_OF_RANGE, r
+            c.send(Trim(0, 0).encode(2))  # a version-2 request
+            assert error_of(c.response())[0] == ErrorCode.BAD_VERSION
+    lfirst = t.first[t.pair.leader.addr]
+    with RawConn(codec.shard_addr(t.pair.leader.addr, 0), t.pair.certs) as c:
+        c.hello()
+        c.send(Subscribe(False, s, 0).encode(6))
+        r = c.response()
+        assert isinstance(r, codec.OutOfRangeResponse) and r.first == lfirst
+        assert c.closed_after()
+    with RawConn(codec.shard_addr(t.pair.leader.addr, 0), t.pair.certs) as c:
+        c.hello()
+        c.send(Subscribe(True, s, 1).encode(7))
+        r = c.response()
+        assert isinstance(r, codec.OutOfRangeResponse) and r.first == t.stream_first
+        assert c.closed_after()
+
+    # The typed exception: `.first`, nothing written.
+    async def go() -> None:
+        conn = await corelog.aio.Connection.open(codec.shard_addr(t.pair.follower.addr, 0),
+                                                 corelog.ClientConfig(certs=str(t.pair.certs)))
+        try:
+            with pytest.raises(corelog.OutOfRange) as e:
+                corelog.aio._response(await conn.call(Read(0, 0, 10).encode(0), 10))
+            assert e.value.first == t.first[t.pair.follower.addr] and e.value.outcome == corelog.errors.NOT_WRITTEN
+            assert isinstance(e.value, corelog.ServerError) and e.value.code == 7
         finally:
             await conn.aclose()
 
@@ -425,7 +493,9 @@ def test_fenced_unavailable_and_outcome_unknown(make_pair) -> None:  # type: ign
             assert e2.value.outcome == corelog.errors.NOT_WRITTEN
         finally:
             await conn.aclose()
-        fresh = await corelog.aio.Connection.open(a.addr, cfg)
+        # Shard 0's direct port: the shared port may hand a connection to shard 1, whose
+        # fencing depends on when B's shard-1 link reaches A (seen as a rare flake).
+        fresh = await corelog.aio.Connection.open(codec.shard_addr(a.addr, 0), cfg)
         assert fresh.info.role == codec.Role.FENCED
         await fresh.aclose()
 

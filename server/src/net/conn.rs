@@ -399,12 +399,31 @@ async fn push_until_closed(shard: &Rc<Shard>, rd: &mut tls_io::Reader, out: &Rc<
         return Err((ErrorCode::Unexpected, "no request may follow Tail or Subscribe".into(), req_id));
     }
     let stop = Rc::new(Cell::new(false));
-    let t = glommio::spawn_local(tail(shard.clone(), out.clone(), p, stop.clone()));
-    // Anything after a Tail is a protocol error; a close ends the tail.
-    let r = match rd.fill().await {
-        Ok(true) => Err((ErrorCode::Unexpected, "no request may follow Tail or Subscribe".into(), req_id)),
-        _ => Ok(()),
+    let ended = Rc::new(crate::sync::Event::default());
+    let done = Rc::new(Cell::new(false));
+    let t = {
+        let (shard, out, stop, ended, done) = (shard.clone(), out.clone(), stop.clone(), ended.clone(), done.clone());
+        glommio::spawn_local(async move {
+            tail(shard, out, p, stop).await;
+            done.set(true);
+            ended.notify();
+        })
     };
+    // Anything after a Tail is a protocol error; a close ends the tail; so does the push
+    // stream ending by itself (`OutOfRange`, a read error): the connection then closes.
+    let client = async {
+        match rd.fill().await {
+            Ok(true) => Err((ErrorCode::Unexpected, "no request may follow Tail or Subscribe".into(), req_id)),
+            _ => Ok(()),
+        }
+    };
+    let by_itself = async {
+        while !done.get() {
+            ended.wait().await;
+        }
+        Ok(())
+    };
+    let r = futures_lite::future::or(client, by_itself).await;
     // Stop the push stream first, so that the error (sent by the caller) is the last
     // frame of the connection.
     stop.set(true);

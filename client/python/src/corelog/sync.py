@@ -131,6 +131,12 @@ class Client:
         """Every committed record of ``shard`` from ``offset`` (to ``end``, exclusive)."""
         return self._run(self._aio.read_all(shard, offset, end))
 
+    def trim(self, shard: int, before: int) -> int:
+        """Deletes the node's whole segments of ``shard`` below ``before`` (within what its
+        peer may need); the node's first offset of the shard afterwards. See
+        :meth:`corelog.aio.Client.trim`."""
+        return self._run(self._aio.trim(shard, before))
+
     def tail(self, shard: int, offset: int = 0) -> "Tail":
         """``for record in client.tail(0, 0): ...`` (live; ``close()`` or ``with`` ends it)."""
         return self._own(Tail(self._loop, self._aio.tail(shard, offset)))

@@ -1,0 +1,193 @@
+#!/usr/bin/env bash
+# A/B of two revisions on this machine, in one sitting: builds OLD and NEW (git worktrees
+# under target/ab/, one shared target dir so dependencies build once), then runs them
+# alternately — ABBA, BAAB, … — R rounds, and prints every figure as NEW/OLD per round
+# with the median and the spread, plus the absolute figures. Each run is a fresh pair
+# (leader + follower, mTLS on loopback; or one standalone node) and a fresh data dir.
+#
+# Figures (issue 12):
+#   closed1k   closed loop, 1,000 connections: acked/s, p50, p99
+#   one_repl   one connection, replicated pair: p50 (µs)
+#   one_solo   one connection, standalone node: p50 (µs)
+#   open2k     open loop 2,000 appends/s over 100 connections: server CPU µs per acked
+#              append (leader + follower utime + stime from /proc over the run)
+#   idle       idle pair for the same time: server CPU % of one core
+#   closed36k  (only with BIG=1) closed loop, 36,000 connections over 4 load generators
+# The disk's floor is measured first, in the same sitting: fio, 4 KiB O_DIRECT write +
+# fdatasync at queue depth 1 in this data directory's filesystem (p50 latency and IOPS).
+#
+# Usage: benches/ab.sh OLD_REV NEW_REV [SECONDS=10] [ROUNDS=3]
+#   env BIG=1 adds closed36k; FIGS="closed1k one_repl" picks figures.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+OLD="${1:?usage: benches/ab.sh OLD_REV NEW_REV [SECONDS] [ROUNDS]}"; NEW="${2:?NEW_REV}"
+D="${3:-10}"; R="${4:-3}"
+FIGS="${FIGS:-closed1k one_repl one_solo open2k idle}"
+[ "${BIG:-0}" = 1 ] && FIGS="$FIGS closed36k"
+AB="$PWD/target/ab"; mkdir -p "$AB"
+export CARGO_TARGET_DIR="$AB/target"
+
+build() { # $1 = rev → prints the bin dir
+  local rev sha dir
+  rev=$1; sha=$(git rev-parse --short "$rev^{commit}")
+  dir="$AB/$sha"
+  if [ ! -x "$dir/bin/corelog" ]; then
+    rm -rf "$dir/src"; git worktree prune
+    git worktree add -f --detach "$dir/src" "$sha" >/dev/null 2>&1
+    (cd "$dir/src" && cargo build --release -q -p corelog-server -p corelog-loadgen) >&2
+    mkdir -p "$dir/bin"; cp "$CARGO_TARGET_DIR/release/corelog" "$CARGO_TARGET_DIR/release/corelog-loadgen" "$dir/bin/"
+    git worktree remove --force "$dir/src"
+  fi
+  echo "$dir/bin"
+}
+echo "building $OLD and $NEW (target/ab) ..."
+BIN_OLD=$(build "$OLD"); BIN_NEW=$(build "$NEW")
+W="$(mktemp -d -p "$AB" run.XXXX)"
+PIDS=()
+cleanup() { for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$W"; }
+trap cleanup EXIT
+echo "OLD $(git rev-parse --short "$OLD") NEW $(git rev-parse --short "$NEW"), $(nproc) CPUs, $(date -u +%FT%TZ), ${D}s per run, $R rounds, figures: $FIGS"
+
+# ---- the disk's floor
+if ! command -v fio >/dev/null && [ "$(id -u)" = 0 ]; then
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q fio >/dev/null 2>&1 || true
+fi
+if command -v fio >/dev/null; then
+  fio --name=floor --directory="$W" --rw=write --bs=4k --size=64m --direct=1 --fdatasync=1 \
+    --ioengine=psync --iodepth=1 --runtime=5 --time_based --output-format=json 2>/dev/null >"$W/fio.json"
+  python3 - "$W/fio.json" <<'EOF'
+import json, sys
+j = json.load(open(sys.argv[1]))["jobs"][0]["write"]
+lat = j.get("clat_ns") or j.get("lat_ns")
+p50 = lat.get("percentile", {}).get("50.000000", lat["mean"]) / 1000
+sync = json.load(open(sys.argv[1]))["jobs"][0].get("sync", {}).get("lat_ns", {})
+s50 = sync.get("percentile", {}).get("50.000000", sync.get("mean", 0)) / 1000
+print(f"disk floor (fio 4 KiB O_DIRECT write + fdatasync, QD1): {j['iops']:.0f} IOPS, write p50 {p50:.0f} µs, fdatasync p50 {s50:.0f} µs, together ≈ {p50 + s50:.0f} µs")
+EOF
+else
+  echo "disk floor: fio not installed (apt-get install fio) — no floor this run"
+fi
+
+"$BIN_NEW/corelog" certs --out "$W/certs" >/dev/null
+tls() { echo "--cert $W/certs/$1.pem --key $W/certs/$1.key --client-ca $W/certs/ca.pem"; }
+cli_tls=(--ca "$W/certs/ca.pem" --cert "$W/certs/client.pem" --key "$W/certs/client.key")
+healthy() { for _ in $(seq 1 300); do curl -sf "http://127.0.0.1:$1/health" >/dev/null && return 0; sleep 0.1; done; echo "no health on :$1" >&2; return 1; }
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; } # utime + stime, clock ticks
+start_nodes() { # $1 bin, $2 dir, $3 pair|solo → sets LEADER FOLLOWER
+  local b=$1 d=$2
+  FOLLOWER=""
+  if [ "$3" = pair ]; then
+    # shellcheck disable=SC2046
+    "$b/corelog" serve --role follower --data-dir "$d/f" --listen 127.0.0.1:25400 --repl-listen 127.0.0.1:25500 \
+      --metrics-listen 127.0.0.1:25600 --leader-addr 127.0.0.1:24400 $(tls follower) >"$d.f.log" 2>&1 &
+    FOLLOWER=$!; PIDS+=("$FOLLOWER")
+    # shellcheck disable=SC2046
+    "$b/corelog" serve --role leader --data-dir "$d/l" --listen 127.0.0.1:24400 --repl-listen 127.0.0.1:24500 \
+      --metrics-listen 127.0.0.1:24600 --follower-addr 127.0.0.1:25500 $(tls server) >"$d.l.log" 2>&1 &
+    LEADER=$!; PIDS+=("$LEADER")
+    healthy 25600
+  else
+    # shellcheck disable=SC2046
+    "$b/corelog" serve --role standalone --data-dir "$d/l" --listen 127.0.0.1:24400 \
+      --metrics-listen 127.0.0.1:24600 $(tls server) >"$d.l.log" 2>&1 &
+    LEADER=$!; PIDS+=("$LEADER")
+  fi
+  healthy 24600
+}
+stop_nodes() { kill -9 "$LEADER" ${FOLLOWER:+"$FOLLOWER"} 2>/dev/null || true; wait "$LEADER" ${FOLLOWER:+"$FOLLOWER"} 2>/dev/null || true; }
+json() { python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print($2)" "$1"; }
+
+run() { # $1 = OLD|NEW, $2 = figure, $3 = round → prints "value [extra]"
+  local side=$1 fig=$2 b d t0 t1 c0 c1 hz
+  b=$([ "$side" = OLD ] && echo "$BIN_OLD" || echo "$BIN_NEW")
+  d="$W/$side-$fig-$3"; mkdir -p "$d"
+  hz=$(getconf CLK_TCK)
+  case "$fig" in
+    closed1k|one_repl|one_solo|open2k|closed36k)
+      local mode=pair conns=1000 extra=()
+      case "$fig" in
+        one_repl) conns=1 ;;
+        one_solo) conns=1; mode=solo ;;
+        open2k) conns=100; extra=(--rate 2000) ;;
+        closed36k) conns=9000 ;;
+      esac
+      start_nodes "$b" "$d" "$mode"
+      c0=$(( $(cpu_ticks "$LEADER") + ${FOLLOWER:+$(cpu_ticks "$FOLLOWER")}${FOLLOWER:-0} ))
+      if [ "$fig" = closed36k ]; then
+        local lp=() i
+        for i in 0 1 2 3; do
+          "$b/corelog-loadgen" run --target 127.0.0.1:24400 --connections "$conns" --duration "${D}s" --quiet \
+            --json "$d.$i.json" --source-ip-base $((1 + 8 * i)) --cores 1 --first-cpu "$i" "${cli_tls[@]}" \
+            >/dev/null 2>"$d.$i.lg" & lp+=($!)
+        done
+        wait "${lp[@]}"
+      else
+        "$b/corelog-loadgen" run --target 127.0.0.1:24400 --connections "$conns" --duration "${D}s" --quiet \
+          --json "$d.json" "${extra[@]}" "${cli_tls[@]}" >/dev/null 2>"$d.lg"
+      fi
+      c1=$(( $(cpu_ticks "$LEADER") + ${FOLLOWER:+$(cpu_ticks "$FOLLOWER")}${FOLLOWER:-0} ))
+      stop_nodes
+      case "$fig" in
+        closed1k) json "$d.json" "'%.0f %d %d %d' % (r['acked']/r['window_s'], r['p50_us'], r['p99_us'], r['errors'])" ;;
+        one_repl|one_solo) json "$d.json" "'%d %.0f %d' % (r['p50_us'], r['acked']/r['window_s'], r['errors'])" ;;
+        open2k)
+          # The CPU ticks cover the whole run (connecting, warm-up, window): so does acked_total.
+          json "$d.json" "'%.1f %d %d' % ((($c1-$c0)/$hz*1e6)/max(1,r['acked_total']), r['acked'], r['errors'])" ;;
+        closed36k)
+          python3 - "$d" <<'EOF'
+import json, glob, sys
+rs = [json.load(open(f)) for f in sorted(glob.glob(sys.argv[1] + ".*.json"))]
+acked = sum(r["acked"] / r["window_s"] for r in rs)
+p50 = max(r["p50_us"] for r in rs); p99 = max(r["p99_us"] for r in rs)
+print("%.0f %d %d %d" % (acked, p50, p99, sum(r["errors"] for r in rs)))
+EOF
+          ;;
+      esac ;;
+    idle)
+      start_nodes "$b" "$d" pair
+      t0=$(date +%s.%N); c0=$(( $(cpu_ticks "$LEADER") + $(cpu_ticks "$FOLLOWER") ))
+      sleep "$D"
+      t1=$(date +%s.%N); c1=$(( $(cpu_ticks "$LEADER") + $(cpu_ticks "$FOLLOWER") ))
+      stop_nodes
+      python3 -c "print('%.2f' % (($c1-$c0)/$hz/($t1-$t0)*100))" ;;
+  esac
+}
+
+declare -A VALS
+for r in $(seq 1 "$R"); do
+  order=(OLD NEW NEW OLD); [ $((r % 2)) -eq 0 ] && order=(NEW OLD OLD NEW)
+  for fig in $FIGS; do
+    for side in "${order[@]}"; do
+      v=$(run "$side" "$fig" "$r")
+      VALS["$fig,$side,$r"]="${VALS["$fig,$side,$r"]:-} $v|"
+      echo "round $r $fig $side: $v"
+    done
+  done
+done
+
+echo
+echo "=== NEW/OLD ratios (median over rounds, [min, max]); lower is better for latency and CPU ==="
+for fig in $FIGS; do
+  args=()
+  for r in $(seq 1 "$R"); do args+=("${VALS["$fig,OLD,$r"]}" "${VALS["$fig,NEW,$r"]}"); done
+  python3 - "$fig" "${args[@]}" <<'EOF'
+import statistics, sys
+fig, rest = sys.argv[1], sys.argv[2:]
+names = {"closed1k": ["acked/s", "p50 µs", "p99 µs", "errors"], "closed36k": ["acked/s", "p50 µs", "p99 µs", "errors"],
+         "one_repl": ["p50 µs", "acked/s", "errors"], "one_solo": ["p50 µs", "acked/s", "errors"],
+         "open2k": ["server CPU µs/append", "acked", "errors"], "idle": ["server CPU %"]}[fig]
+def runs(s):  # "v1 v2|v1 v2|" -> [[v1, v2], ...] (two runs per side per round)
+    return [[float(x) for x in part.split()] for part in s.split("|") if part.strip()]
+for k, name in enumerate(names):
+    if name in ("errors", "acked"):
+        tot = [sum(r[k] for r in runs(s)) for s in rest]
+        print(f"{fig:9s} {name:22s} OLD total {sum(tot[0::2]):.0f}  NEW total {sum(tot[1::2]):.0f}")
+        continue
+    ratios, olds, news = [], [], []
+    for o, n in zip(rest[0::2], rest[1::2]):
+        ov = statistics.mean(r[k] for r in runs(o)); nv = statistics.mean(r[k] for r in runs(n))
+        olds.append(ov); news.append(nv); ratios.append(nv / ov if ov else float("nan"))
+    print(f"{fig:9s} {name:22s} NEW/OLD {statistics.median(ratios):.3f} [{min(ratios):.3f}, {max(ratios):.3f}]"
+          f"   OLD median {statistics.median(olds):.1f}  NEW median {statistics.median(news):.1f}")
+EOF
+done

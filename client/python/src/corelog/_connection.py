@@ -1,0 +1,262 @@
+"""The asyncio client's connections (part of :mod:`corelog.aio`): TLS and ``Hello``, one
+pipelined connection whose answers are matched by ``req_id``, and the helpers the rest of
+the client shares (answer parsing into typed errors, argument checks)."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from typing import Dict, List, Optional, Tuple, Union
+
+from . import codec
+from .codec import ErrorCode, Frame, FrameDecoder, Hello, HelloOk, Record
+from .errors import (
+    ConnectionClosed, CorelogError, InvalidArgument, NotSent, ProtocolError, RequestTimeout, error_for_code,
+)
+from .types import ClientConfig, ServerInfo
+
+__all__ = ["Connection", "WINDOW", "Addrs"]
+
+#: Appends of one producer in flight at most (the positions a shard remembers).
+WINDOW = 64
+_BACKOFF_START = 0.02
+_BACKOFF_MAX = 0.2
+#: Unsent bytes on a connection above which senders wait for the socket.
+_HIGH_WATER = 1 << 20
+
+Addrs = Union[str, List[str], Tuple[str, ...]]
+
+
+def _response(frame: Frame) -> codec.Response:
+    """Parses an answer; an ``Error`` frame is raised as its typed exception."""
+    try:
+        r = codec.parse_response(frame)
+    except codec.CodecError as e:
+        raise ProtocolError(str(e)) from None
+    if isinstance(r, codec.ErrorResponse):
+        raise error_for_code(r.code, r.message)
+    if isinstance(r, codec.WrongVersion):
+        raise error_for_code(ErrorCode.WRONG_EXPECTED_VERSION, r.message, r.current)
+    if isinstance(r, codec.OutOfRangeResponse):
+        raise error_for_code(ErrorCode.OUT_OF_RANGE, r.message, first=r.first)
+    return r
+
+
+def _records(buf: bytes) -> List[Record]:
+    try:
+        return list(codec.iter_records(buf))
+    except codec.RecordError as e:
+        raise ProtocolError(f"bad record from server: {e}") from None
+
+
+async def _open_stream(addr: str, cfg: ClientConfig) -> Tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    host, port = codec.host_port(addr)
+    ctx = cfg.ssl_context()
+    reader, writer = await asyncio.open_connection(
+        host, port, ssl=ctx, server_hostname=cfg.server_name if ctx else None, limit=1 << 22
+    )
+    sock = writer.get_extra_info("socket")
+    if sock is not None:
+        try:
+            import socket
+
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except OSError:
+            pass
+    return reader, writer
+
+
+async def _read_frame(reader: asyncio.StreamReader, dec: FrameDecoder) -> Optional[Frame]:
+    """The next frame, or ``None`` at EOF."""
+    while True:
+        f = dec.next_frame()
+        if f is not None:
+            return f
+        data = await reader.read(1 << 16)
+        if not data:
+            return None
+        dec.feed(data)
+
+
+def _close_writer(writer: asyncio.StreamWriter) -> None:
+    try:
+        writer.close()
+    except Exception:  # noqa: BLE001 - closing a broken transport
+        pass
+
+
+class Connection:
+    """One connection: requests written in call order, answers matched by ``req_id``.
+    Low level (tests, tools); :class:`Client` manages connections for you."""
+
+    def __init__(self, addr: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                 decoder: FrameDecoder, info: ServerInfo) -> None:
+        self.addr = addr
+        self.info = info
+        self._reader = reader
+        self._writer = writer
+        self._decoder = decoder
+        self._pending: Dict[int, "asyncio.Future[Frame]"] = {}
+        self._next_id = 1
+        self._closed = False
+        self._retired = False
+        self._drain_lock: Optional[asyncio.Lock] = None
+        self._task = asyncio.ensure_future(self._read_loop())
+
+    @classmethod
+    async def open(cls, addr: str, cfg: ClientConfig, version: int = codec.PROTOCOL_VERSION) -> "Connection":
+        """TCP, TLS and ``Hello``/``HelloOk``, all within ``cfg.connect_timeout``."""
+        return await asyncio.wait_for(cls._open(addr, cfg, version), cfg.connect_timeout)
+
+    @classmethod
+    async def _open(cls, addr: str, cfg: ClientConfig, version: int) -> "Connection":
+        reader, writer = await _open_stream(addr, cfg)
+        try:
+            writer.write(Hello(version).encode(0))
+            dec = FrameDecoder()
+            f = await _read_frame(reader, dec)
+            if f is None:
+                raise ConnectionClosed("connection closed before HelloOk")
+            r = _response(f)
+            if not isinstance(r, HelloOk):
+                raise ProtocolError("expected HelloOk")
+        except BaseException:
+            _close_writer(writer)
+            raise
+        info = ServerInfo(r.shard, r.shard_count, r.role, r.epoch, r.version, addr)
+        return cls(addr, reader, writer, dec, info)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def send(self, frame: bytes) -> "asyncio.Future[Frame]":
+        """Writes one request frame (its ``req_id`` is set here) and returns the future of
+        its answer frame. Raises :class:`NotSent` if the connection is closed."""
+        if self._closed:
+            raise NotSent(f"connection to {self.addr} closed before the request was sent")
+        req_id = self._next_id
+        self._next_id += 1
+        fut: "asyncio.Future[Frame]" = asyncio.get_running_loop().create_future()
+        self._pending[req_id] = fut
+        self._writer.write(frame[:5] + struct.pack("<Q", req_id) + frame[13:])
+        return fut
+
+    def send_raw(self, data: bytes) -> None:
+        """Writes bytes as they are (tests of the server's error handling)."""
+        self._writer.write(data)
+
+    async def drain(self) -> None:
+        """Waits while more than about 1 MiB is unsent (back-pressure toward senders)."""
+        transport = self._writer.transport
+        if transport.get_write_buffer_size() <= _HIGH_WATER or self._closed:
+            return
+        if self._drain_lock is None:
+            self._drain_lock = asyncio.Lock()
+        async with self._drain_lock:
+            try:
+                await self._writer.drain()
+            except (OSError, ConnectionError):
+                pass  # the read loop reports it to the waiting requests
+
+    async def call(self, frame: bytes, timeout: float) -> Frame:
+        fut = self.send(frame)
+        await self.drain()
+        return await self.wait(fut, timeout)
+
+    async def wait(self, fut: "asyncio.Future[Frame]", timeout: float) -> Frame:
+        """The answer of a request sent with :meth:`send`; :class:`RequestTimeout` after
+        ``timeout`` seconds (the request is forgotten; a late answer is dropped)."""
+        try:
+            return await asyncio.wait_for(asyncio.shield(fut), timeout)
+        except asyncio.TimeoutError:
+            for k, v in list(self._pending.items()):
+                if v is fut:
+                    del self._pending[k]
+            if not fut.done():
+                fut.cancel()
+            self._maybe_close()
+            raise RequestTimeout(f"no answer from {self.addr} within {timeout:g} s") from None
+
+    def retire(self) -> None:
+        """No new requests go here; closes once the pending ones are answered."""
+        self._retired = True
+        self._maybe_close()
+
+    def _maybe_close(self) -> None:
+        if self._retired and not self._pending:
+            self.close()
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            _close_writer(self._writer)
+        self._fail_all(ConnectionClosed(f"connection to {self.addr} closed before the answer"))
+        if not self._task.done() and self._task is not asyncio.current_task():
+            self._task.cancel()
+
+    async def aclose(self) -> None:
+        self.close()
+        try:
+            await self._task
+        except BaseException:  # noqa: BLE001 - cancelled or failed, either way it is over
+            pass
+
+    def _fail_all(self, err: CorelogError) -> None:
+        pending, self._pending = self._pending, {}
+        for fut in pending.values():
+            if not fut.done():
+                fut.set_exception(err)
+                fut.exception()  # a forgotten future must not warn
+
+    async def _read_loop(self) -> None:
+        err: CorelogError = ConnectionClosed(f"connection to {self.addr} closed before the answer")
+        try:
+            while True:
+                f = await _read_frame(self._reader, self._decoder)
+                if f is None:
+                    break
+                fut = self._pending.pop(f.req_id, None)
+                if fut is None:
+                    if f.op == codec.Op.ERROR:
+                        # An error about the frame itself (req_id 0) or a request we gave up
+                        # on: whoever still waits gets it, the server closes anyway.
+                        try:
+                            _response(f)
+                        except CorelogError as e:
+                            err = e
+                        if f.req_id == 0:
+                            break
+                    continue
+                if not fut.done():
+                    fut.set_result(f)
+                if self._retired and not self._pending:
+                    break
+        except codec.CodecError as e:
+            err = ProtocolError(str(e))
+        except (OSError, ConnectionError, EOFError) as e:
+            err = ConnectionClosed(f"connection to {self.addr} lost: {e}")
+        except asyncio.CancelledError:
+            pass
+        finally:
+            self._closed = True
+            _close_writer(self._writer)
+            self._fail_all(err)
+
+
+def _why(e: BaseException) -> str:
+    if isinstance(e, asyncio.TimeoutError):
+        return "no HelloOk in time"
+    return str(e) or type(e).__name__
+
+
+def _check_payload(payload: bytes) -> None:
+    if len(payload) > codec.MAX_PAYLOAD:
+        raise InvalidArgument(f"payload of {len(payload)} bytes above maximum {codec.MAX_PAYLOAD}")
+
+
+def _check_name(stream: str) -> None:
+    try:
+        codec.check_stream_name(stream)
+    except ValueError as e:
+        raise InvalidArgument(str(e)) from None
