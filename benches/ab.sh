@@ -43,8 +43,8 @@ build() { # $1 = rev → prints the bin dir
 echo "building $OLD and $NEW (target/ab) ..."
 BIN_OLD=$(build "$OLD"); BIN_NEW=$(build "$NEW")
 W="$(mktemp -d -p "$AB" run.XXXX)"
-PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$W"; }
+# Nodes are started inside $(run …) subshells: find them by their data dir under $W.
+cleanup() { pkill -9 -f -- "--data-dir $W/" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$W"; }
 trap cleanup EXIT
 echo "OLD $(git rev-parse --short "$OLD") NEW $(git rev-parse --short "$NEW"), $(nproc) CPUs, $(date -u +%FT%TZ), ${D}s per run, $R rounds, figures: $FIGS"
 
@@ -73,6 +73,7 @@ tls() { echo "--cert $W/certs/$1.pem --key $W/certs/$1.key --client-ca $W/certs/
 cli_tls=(--ca "$W/certs/ca.pem" --cert "$W/certs/client.pem" --key "$W/certs/client.key")
 healthy() { for _ in $(seq 1 300); do curl -sf "http://127.0.0.1:$1/health" >/dev/null && return 0; sleep 0.1; done; echo "no health on :$1" >&2; return 1; }
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; } # utime + stime, clock ticks
+server_ticks() { local t=0 p; for p in "$LEADER" ${FOLLOWER:+"$FOLLOWER"}; do t=$((t + $(cpu_ticks "$p"))); done; echo "$t"; }
 start_nodes() { # $1 bin, $2 dir, $3 pair|solo → sets LEADER FOLLOWER
   local b=$1 d=$2
   FOLLOWER=""
@@ -80,17 +81,17 @@ start_nodes() { # $1 bin, $2 dir, $3 pair|solo → sets LEADER FOLLOWER
     # shellcheck disable=SC2046
     "$b/corelog" serve --role follower --data-dir "$d/f" --listen 127.0.0.1:25400 --repl-listen 127.0.0.1:25500 \
       --metrics-listen 127.0.0.1:25600 --leader-addr 127.0.0.1:24400 $(tls follower) >"$d.f.log" 2>&1 &
-    FOLLOWER=$!; PIDS+=("$FOLLOWER")
+    FOLLOWER=$!
     # shellcheck disable=SC2046
     "$b/corelog" serve --role leader --data-dir "$d/l" --listen 127.0.0.1:24400 --repl-listen 127.0.0.1:24500 \
       --metrics-listen 127.0.0.1:24600 --follower-addr 127.0.0.1:25500 $(tls server) >"$d.l.log" 2>&1 &
-    LEADER=$!; PIDS+=("$LEADER")
+    LEADER=$!
     healthy 25600
   else
     # shellcheck disable=SC2046
     "$b/corelog" serve --role standalone --data-dir "$d/l" --listen 127.0.0.1:24400 \
       --metrics-listen 127.0.0.1:24600 $(tls server) >"$d.l.log" 2>&1 &
-    LEADER=$!; PIDS+=("$LEADER")
+    LEADER=$!
   fi
   healthy 24600
 }
@@ -112,7 +113,7 @@ run() { # $1 = OLD|NEW, $2 = figure, $3 = round → prints "value [extra]"
         closed36k) conns=9000 ;;
       esac
       start_nodes "$b" "$d" "$mode"
-      c0=$(( $(cpu_ticks "$LEADER") + ${FOLLOWER:+$(cpu_ticks "$FOLLOWER")}${FOLLOWER:-0} ))
+      c0=$(server_ticks)
       if [ "$fig" = closed36k ]; then
         local lp=() i
         for i in 0 1 2 3; do
@@ -125,7 +126,7 @@ run() { # $1 = OLD|NEW, $2 = figure, $3 = round → prints "value [extra]"
         "$b/corelog-loadgen" run --target 127.0.0.1:24400 --connections "$conns" --duration "${D}s" --quiet \
           --json "$d.json" "${extra[@]}" "${cli_tls[@]}" >/dev/null 2>"$d.lg"
       fi
-      c1=$(( $(cpu_ticks "$LEADER") + ${FOLLOWER:+$(cpu_ticks "$FOLLOWER")}${FOLLOWER:-0} ))
+      c1=$(server_ticks)
       stop_nodes
       case "$fig" in
         closed1k) json "$d.json" "'%.0f %d %d %d' % (r['acked']/r['window_s'], r['p50_us'], r['p99_us'], r['errors'])" ;;
@@ -145,9 +146,9 @@ EOF
       esac ;;
     idle)
       start_nodes "$b" "$d" pair
-      t0=$(date +%s.%N); c0=$(( $(cpu_ticks "$LEADER") + $(cpu_ticks "$FOLLOWER") ))
+      t0=$(date +%s.%N); c0=$(server_ticks)
       sleep "$D"
-      t1=$(date +%s.%N); c1=$(( $(cpu_ticks "$LEADER") + $(cpu_ticks "$FOLLOWER") ))
+      t1=$(date +%s.%N); c1=$(server_ticks)
       stop_nodes
       python3 -c "print('%.2f' % (($c1-$c0)/$hz/($t1-$t0)*100))" ;;
   esac
