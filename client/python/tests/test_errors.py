@@ -5,7 +5,6 @@ Codes this suite does not provoke, and why (docs/protocol.md §4; server/src/net
 server/src/shard.rs, server/src/producers.rs):
 
 * 9 ``Overloaded`` — defined, never sent (back-pressure instead, protocol.md §7).
-* 11 ``ShuttingDown`` — defined, never sent (no graceful shutdown in this build).
 * 12 ``Internal`` — only on an I/O error reading the log; not provoked.
 * 16 ``Diverged`` — sent only on the replication link, never to a client.
 """
@@ -14,6 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
+import urllib.request
 import struct
 import subprocess
 import time
@@ -25,7 +26,7 @@ import corelog.aio
 from corelog import ErrorCode, codec
 from corelog.codec import Append, Append2, Hello, ProducerSeq, Read, ReadStream, StreamReq, Subscribe, Tail, Trim
 
-from conftest import BIN, Pair, RawConn, Trimmed, error_of, frame, uniq, wait_until
+from conftest import BIN, Pair, RawConn, Trimmed, error_of, frame, free_base, uniq, wait_until
 
 #: Code -> the test that provokes it (checked against ErrorCode below).
 PROVOKED = {
@@ -48,11 +49,11 @@ PROVOKED = {
     ErrorCode.WRONG_EXPECTED_VERSION: "test_wrong_expected_version",
     ErrorCode.WRONG_SHARD: "test_wrong_shard",
     ErrorCode.BAD_REQUEST: "test_bad_request",
+    ErrorCode.SHUTTING_DOWN: "test_shutting_down",
 }
 #: Defined but not provoked here (see the module docstring for why).
 NOT_PROVOKED = {
     ErrorCode.OVERLOADED: "defined, never sent: back-pressure instead",
-    ErrorCode.SHUTTING_DOWN: "defined, never sent: no graceful shutdown in this build",
     ErrorCode.INTERNAL: "only on a server I/O error reading the log",
     ErrorCode.DIVERGED: "replication link only",
 }
@@ -514,3 +515,40 @@ def test_fenced_unavailable_and_outcome_unknown(make_pair) -> None:  # type: ign
         with pytest.raises((corelog.Fenced, corelog.Unavailable)) as e3:
             c.append(b"nowhere to go")
         assert e3.value.outcome == corelog.errors.NOT_WRITTEN
+
+
+def test_shutting_down(make_pair) -> None:  # type: ignore[no-untyped-def]
+    """An append taken before SIGTERM is still answered; one after it gets ShuttingDown
+    (nothing written); then the node closes the connection and exits 0. The follower is
+    frozen so that the first append keeps the leader draining until it is resumed."""
+    mport = free_base([0])
+    p: Pair = make_pair(leader_extra=("--ack-timeout-ms", "60000", "--metrics-listen", f"127.0.0.1:{mport}"))
+
+    def log_end() -> float:
+        body = urllib.request.urlopen(f"http://127.0.0.1:{mport}/metrics", timeout=5).read().decode()
+        return sum(float(l.split()[-1]) for l in body.splitlines() if l.startswith("corelog_log_end_offset{"))
+
+    with _raw(p, _leader_shard_port(p, 0)) as c:
+        c.hello()
+        c.send(Append(b"before").encode(1))
+        f1 = c.frame()  # answered: the follower accepted the leader's epoch
+        assert f1 is not None and isinstance(codec.parse_response(f1), codec.Appended)
+        p.follower.pause()
+        try:
+            end = log_end()
+            c.send(Append(b"taken before SIGTERM").encode(2))
+            wait_until(lambda: log_end() > end, 20, "the leader to write the append")  # taken
+            os.kill(p.leader.pid, signal.SIGTERM)
+            wait_until(lambda: "received SIGTERM" in p.leader.log_text(), 20, "the leader to begin its shutdown")
+            c.send(Append(b"after SIGTERM").encode(3))
+        finally:
+            p.follower.resume()
+        f2, f3 = c.frame(), c.frame()
+        assert f2 is not None and f2.req_id == 2
+        assert isinstance(codec.parse_response(f2), codec.Appended), codec.parse_response(f2)
+        assert f3 is not None and f3.req_id == 3
+        assert error_of(codec.parse_response(f3))[0] == ErrorCode.SHUTTING_DOWN
+        assert c.closed_after()
+    assert p.leader.proc is not None
+    assert p.leader.proc.wait(timeout=30) == 0, p.leader.log_text()[-2000:]
+    assert "shut down cleanly" in p.leader.log_text()
