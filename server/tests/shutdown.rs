@@ -69,6 +69,15 @@ fn wait_caught_up_follower(f: &Node, l: &Node) {
     }
 }
 
+/// One append answered: the follower has accepted the leader's epoch (before that a
+/// leader writes nothing, so a frozen follower would leave the appends unwritten).
+fn answered_once(rt: &tokio::runtime::Runtime, l: &Node) {
+    rt.block_on(async {
+        let c = Client::connect(&l.addr(), &ClientConfig::insecure()).await.unwrap();
+        c.append(b"the epoch is accepted").await.unwrap();
+    });
+}
+
 /// Appends that the leader takes and cannot answer (the follower is frozen), started in
 /// the background; returns once the leader has written some of them.
 fn stuck_appends(rt: &tokio::runtime::Runtime, l: &Node) -> tokio::task::JoinHandle<()> {
@@ -93,6 +102,7 @@ fn a_second_signal_or_the_deadline_exits_at_once() {
     p.follower.start();
     p.leader.start();
     let rt = runtime();
+    answered_once(&rt, &p.leader);
     signal(&p.follower, libc::SIGSTOP);
     let _a = stuck_appends(&rt, &p.leader);
     signal(&p.leader, libc::SIGTERM);
@@ -107,6 +117,7 @@ fn a_second_signal_or_the_deadline_exits_at_once() {
     p.leader.args.extend(["--shutdown-timeout-ms".to_string(), "300".to_string()]);
     signal(&p.follower, libc::SIGCONT);
     p.leader.start();
+    answered_once(&rt, &p.leader);
     signal(&p.follower, libc::SIGSTOP);
     let _b = stuck_appends(&rt, &p.leader);
     let t = Instant::now();
