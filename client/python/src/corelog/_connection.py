@@ -78,6 +78,24 @@ async def _read_frame(reader: asyncio.StreamReader, dec: FrameDecoder) -> Option
         dec.feed(data)
 
 
+async def _hello(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, first: bytes) -> Tuple[HelloOk, FrameDecoder]:
+    """Sends ``first`` (a ``Hello``, maybe followed by a request) and reads the
+    ``HelloOk``; closes the writer if anything fails (cancellation included)."""
+    dec = FrameDecoder()
+    try:
+        writer.write(first)
+        f = await _read_frame(reader, dec)
+        if f is None:
+            raise ConnectionClosed("connection closed before HelloOk")
+        r = _response(f)
+        if not isinstance(r, HelloOk):
+            raise ProtocolError("expected HelloOk")
+    except BaseException:
+        _close_writer(writer)
+        raise
+    return r, dec
+
+
 def _close_writer(writer: asyncio.StreamWriter) -> None:
     try:
         writer.close()
@@ -111,18 +129,7 @@ class Connection:
     @classmethod
     async def _open(cls, addr: str, cfg: ClientConfig, version: int) -> "Connection":
         reader, writer = await _open_stream(addr, cfg)
-        try:
-            writer.write(Hello(version).encode(0))
-            dec = FrameDecoder()
-            f = await _read_frame(reader, dec)
-            if f is None:
-                raise ConnectionClosed("connection closed before HelloOk")
-            r = _response(f)
-            if not isinstance(r, HelloOk):
-                raise ProtocolError("expected HelloOk")
-        except BaseException:
-            _close_writer(writer)
-            raise
+        r, dec = await _hello(reader, writer, Hello(version).encode(0))
         info = ServerInfo(r.shard, r.shard_count, r.role, r.epoch, r.version, addr)
         return cls(addr, reader, writer, dec, info)
 

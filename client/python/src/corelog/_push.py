@@ -8,11 +8,11 @@ import asyncio
 from typing import Any, AsyncIterator, Dict, List, NoReturn, Optional, Union
 
 from . import codec
-from .codec import FrameDecoder, Hello, HelloOk, Record, Role
+from .codec import FrameDecoder, Hello, Record, Role
 from .errors import ConnectionClosed, CorelogError, ProtocolError, RequestTimeout, Unreachable
 from .types import ClientConfig, Event
 from ._connection import (
-    Addrs, _check_name, _close_writer, _open_stream, _read_frame, _records, _response, _why,
+    Addrs, _check_name, _close_writer, _hello, _open_stream, _read_frame, _records, _response, _why,
 )
 
 __all__ = ["Tail", "Subscription"]
@@ -52,16 +52,7 @@ class Tail:
 
     async def _start_at(self, direct: str) -> None:
         reader, writer = await _open_stream(direct, self._config)
-        try:
-            writer.write(Hello().encode(0) + codec.Tail(self.shard, self.next_offset).encode(1))
-            dec = FrameDecoder()
-            f = await _read_frame(reader, dec)
-            if f is None:
-                raise ConnectionClosed("closed before HelloOk")
-            _response(f)
-        except BaseException:
-            _close_writer(writer)
-            raise
+        _, dec = await _hello(reader, writer, Hello().encode(0) + codec.Tail(self.shard, self.next_offset).encode(1))
         self._reader, self._writer, self._dec = reader, writer, dec
 
     async def __aenter__(self) -> "Tail":
@@ -202,18 +193,8 @@ class Subscription:
             except (OSError, asyncio.TimeoutError, CorelogError) as e:
                 errs.append(f"{direct}: {_why(e)}")
                 continue
-            dec = FrameDecoder()
-            try:
-                writer.write(Hello().encode(0) + req.encode(1))
-                f = await asyncio.wait_for(_read_frame(reader, dec), self._config.connect_timeout)
-                if f is None:
-                    raise ConnectionClosed("closed before HelloOk")
-                r = _response(f)
-                if not isinstance(r, HelloOk):
-                    raise ProtocolError("expected HelloOk")
-            except BaseException:
-                _close_writer(writer)
-                raise
+            first = Hello().encode(0) + req.encode(1)
+            r, dec = await asyncio.wait_for(_hello(reader, writer, first), self._config.connect_timeout)
             if r.role != Role.LEADER:
                 _close_writer(writer)
                 errs.append(f"{direct}: {r.role.name.lower()} (subscriptions are served by the leader)")
