@@ -14,6 +14,7 @@ use corelog_client::record;
 use glommio::io::{DmaFile, OpenOptions};
 
 use super::batch::{self, BatchHeader, BATCH_HEADER_LEN};
+use super::prezero::ZeroAhead;
 use super::recovery::{segment_name, sync_dir, BatchLoc, ShardScan};
 use crate::replica::handshake::History;
 
@@ -32,11 +33,13 @@ pub struct Log {
     segment_bytes: u64,
     segments: RefCell<Vec<Segment>>,
     /// Next free byte in the last segment (block aligned).
-    write_pos: Cell<u64>,
+    pub(super) write_pos: Cell<u64>,
     /// Everything below is durable on this node.
     next_offset: Cell<u64>,
     /// (epoch, first offset written under it), ascending.
     epochs: RefCell<Vec<(u32, u64)>>,
+    /// Keeps the blocks in front of the writer written with zeros.
+    pub(super) zero: Rc<ZeroAhead>,
 }
 
 async fn open_rw(path: &Path) -> io::Result<DmaFile> {
@@ -65,6 +68,7 @@ impl Log {
             write_pos: Cell::new(write_pos),
             next_offset: Cell::new(scan.next_offset),
             epochs: RefCell::new(scan.epochs.clone()),
+            zero: ZeroAhead::new(),
         };
         if log.segments.borrow().is_empty() {
             log.roll().await?;
@@ -178,7 +182,12 @@ impl Log {
             self.roll().await?;
         }
         let pos = self.write_pos.get();
-        let file = self.segments.borrow().last().expect("a segment").file.clone();
+        let (seg, file) = {
+            let segs = self.segments.borrow();
+            let s = segs.last().expect("a segment");
+            (s.first_offset, s.file.clone())
+        };
+        self.zero.before_write(seg, &file, self.segment_bytes, pos, pos + span).await;
         let mut buf = file.alloc_dma_buffer(span as usize);
         let h = BatchHeader { first_offset, count, records_len: records.len() as u32, epoch };
         batch::encode_into(&h, records, buf.as_bytes_mut());
@@ -356,6 +365,8 @@ impl Log {
             let msg = format!("cannot cut the log at {offset}: retention deleted it below {}", self.first_offset());
             return Err(io::Error::new(io::ErrorKind::InvalidInput, msg));
         }
+        // No zeros may land past the new end once the writer resumes there.
+        self.zero.idle().await;
         let (file, b, si, bi) = match self.locate(offset) {
             Some(x) => x,
             None => {
@@ -380,7 +391,12 @@ impl Log {
         };
         zero_range(&file, b.pos, end).await?;
         file.fdatasync().await.map_err(io::Error::from)?;
-        self.segments.borrow_mut()[si].batches.truncate(bi);
+        let seg = {
+            let mut segs = self.segments.borrow_mut();
+            segs[si].batches.truncate(bi);
+            segs[si].first_offset
+        };
+        self.zero.reset(seg, b.pos);
         self.write_pos.set(b.pos);
         self.next_offset.set(b.first_offset);
         self.epochs.borrow_mut().retain(|(_, o)| *o < b.first_offset);
@@ -416,7 +432,7 @@ impl Drop for AlignedBuf {
     }
 }
 
-async fn zero_range(file: &DmaFile, from: u64, to: u64) -> io::Result<()> {
+pub(super) async fn zero_range(file: &DmaFile, from: u64, to: u64) -> io::Result<()> {
     const CHUNK: u64 = 1024 * 1024;
     let mut at = from;
     while at < to {

@@ -5,11 +5,13 @@
 //! - [`segread`]: positioned reads of a segment for the scan (errors, never SIGBUS).
 //! - [`damage`]: a torn write or damage to a possibly acknowledged batch?
 //! - [`log`]: the live log on glommio Direct I/O: append, read, truncate, roll-over.
+//! - [`prezero`]: keeps the blocks in front of the writer written with zeros.
 //! - [`probe`]: refuse data dirs that do not honour O_DIRECT.
 
 pub mod batch;
 pub mod damage;
 pub mod log;
+pub mod prezero;
 pub mod probe;
 pub mod recovery;
 pub mod segread;
