@@ -204,7 +204,16 @@ impl Log {
         let mut buf = file.alloc_dma_buffer(span as usize);
         let h = BatchHeader { first_offset, count, records_len: records.len() as u32, epoch };
         batch::encode_into(&h, records, buf.as_bytes_mut());
-        let n = file.write_at(buf, pos).await.map_err(io::Error::from)?;
+        let n = match file.write_at(buf, pos).await.map_err(io::Error::from) {
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Unsupported => {
+                // Refused at submission (nothing was written): write it without polling.
+                let mut plain = AlignedBuf::new(span as usize);
+                batch::encode_into(&h, records, plain.as_mut());
+                self.write_plain(&plain, pos, &e)?
+            }
+            Err(e) => return Err(e),
+        };
         if n as u64 != span {
             return Err(io::Error::new(io::ErrorKind::WriteZero, format!("short write: {n} of {span} bytes")));
         }
@@ -352,6 +361,29 @@ impl Log {
         Ok(buf.as_mut()[..n].to_vec())
     }
 
+    /// A batch write the poll ring refused with EOPNOTSUPP (see `read_plain`: a
+    /// device-mapper table without poll support loaded under a running node; a write into
+    /// written blocks completes inline and so goes through the poll ring, one into
+    /// unwritten blocks does not), done with a plain `pwrite` on a second O_DIRECT |
+    /// O_DSYNC descriptor: durable when it returns, like the polled path. Blocking, on
+    /// that degraded path only; said once per process.
+    fn write_plain(&self, buf: &AlignedBuf, pos: u64, why: &io::Error) -> io::Result<usize> {
+        use std::os::unix::fs::{FileExt, OpenOptionsExt};
+        static SAID: std::sync::Once = std::sync::Once::new();
+        let path = self.segments.borrow().last().expect("a segment").path.clone();
+        SAID.call_once(|| {
+            log::info!(
+                "the device refuses polled writes ({why}); writing {} and the rest of this process's batches with plain writes",
+                path.display()
+            )
+        });
+        metrics::counter!("corelog_write_fallbacks_total").increment(1);
+        let f = std::fs::OpenOptions::new().write(true).custom_flags(libc::O_DIRECT | libc::O_DSYNC).open(&path)?;
+        f.write_all_at(buf.as_ref(), pos)
+            .map_err(|e| io::Error::new(e.kind(), format!("write {} at byte {pos}: {e}", path.display())))?;
+        Ok(buf.as_ref().len())
+    }
+
     /// The identity (epoch, CRC) of the last record below `end` (≤ `next_offset()`), None
     /// when `end` is 0: what the replication handshake compares between two logs.
     pub async fn last_record_id(&self, end: u64) -> io::Result<Option<(u32, u32)>> {
@@ -434,6 +466,11 @@ impl AlignedBuf {
     fn as_mut(&mut self) -> &mut [u8] {
         // SAFETY: ptr holds layout.size() initialised (zeroed) bytes, owned by self.
         unsafe { std::slice::from_raw_parts_mut(self.ptr, self.layout.size()) }
+    }
+
+    fn as_ref(&self) -> &[u8] {
+        // SAFETY: as in `as_mut`.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.layout.size()) }
     }
 }
 
