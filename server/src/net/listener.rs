@@ -17,11 +17,23 @@ use crate::shard::Shard;
 /// Accept backlog; the kernel caps it at net.core.somaxconn (4096 here).
 pub const BACKLOG: i32 = 8192;
 
+/// `reuse_port`: one listener per shard on the shared client port. Each of those also
+/// sets SO_INCOMING_CPU to the CPU its executor is pinned to, so the kernel hands a new
+/// connection to the shard on the CPU that processed its SYN — the client's CPU on
+/// loopback, the receive queue's CPU with a NIC — and a connection's packets and its
+/// shard meet on one CPU: the wake-ups on every reply stay local. Waking a thread on
+/// another CPU costs an inter-processor interrupt, which is dear in a VM: closed loop
+/// 1,000 connections on 2 vCPUs went from 61k to 130k acked/s (docs/results).
 pub fn bind(addr: SocketAddr, reuse_port: bool) -> std::io::Result<TcpListener> {
     let sk = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
     sk.set_reuse_address(true)?;
     if reuse_port {
         sk.set_reuse_port(true)?;
+        // SAFETY: no arguments; the CPU this thread runs on (its executor is pinned).
+        let cpu = unsafe { libc::sched_getcpu() };
+        if cpu >= 0 {
+            sk.set_cpu_affinity(cpu as usize)?;
+        }
     }
     sk.bind(&addr.into())?;
     sk.listen(BACKLOG)?;
