@@ -13,8 +13,10 @@
 #              append (leader + follower utime + stime from /proc over the run), and the
 #              whole machine's busy CPU less the load generator's, per append
 #   idle       idle pair for the same time: server CPU % of one core
-#   closed36k  (only with BIG=1) closed loop, 36,000 connections over 4 load generators
-#   mem36k     (only with BIG=1) leader memory per client connection: RSS at 36,000
+#   closed36k  (only with BIG=1) closed loop, 36,000 connections over 4 load generators,
+#              each node as 2 processes (one per shard: the open-file limit)
+#   mem36k     (only with BIG=1) leader memory per client connection: RSS (both leader
+#              processes) at 36,000
 #              connections (4 load generators, open loop 500/s each) less RSS before
 #              they connected, over 36,000 (bytes)
 # The disk's floor is measured first, in the same sitting: fio, 4 KiB O_DIRECT write +
@@ -89,35 +91,47 @@ cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; } # utime + stime, clock 
 # The whole machine's busy ticks (user nice system irq softirq): work the kernel does for
 # the nodes outside their threads (kworkers completing I/O, softirqs) counts here.
 machine_ticks() { python3 -c "print(sum(int(x) for i, x in enumerate(open('/proc/stat').readline().split()[1:]) if i in (0, 1, 2, 5, 6)))"; }
-server_ticks() { local t=0 p; for p in "$LEADER" ${FOLLOWER:+"$FOLLOWER"}; do t=$((t + $(cpu_ticks "$p"))); done; echo "$t"; }
-start_nodes() { # $1 bin, $2 dir, $3 pair|solo → sets LEADER FOLLOWER
-  local b=$1 d=$2
-  FOLLOWER=""
-  if [ "$3" = pair ]; then
+server_ticks() { local t=0 p; for p in "${LEADERS[@]}" "${FOLLOWERS[@]}"; do t=$((t + $(cpu_ticks "$p"))); done; echo "$t"; }
+leader_rss_kib() { local t=0 p; for p in "${LEADERS[@]}"; do t=$((t + $(awk '/VmRSS/{print $2}' "/proc/$p/status"))); done; echo "$t"; }
+start_nodes() { # $1 bin, $2 dir, $3 pair|pair2|solo → sets LEADERS FOLLOWERS
+  # pair2: each node as 2 processes (shard 0, shard 1), as 36,000 connections need
+  # (one process keeps at most open-file limit − 1,024 ≈ 19,000 client connections).
+  local b=$1 d=$2 s procs=0
+  LEADERS=(); FOLLOWERS=()
+  case "$3" in pair) procs=1 ;; pair2) procs=2 ;; esac
+  for ((s = 0; s < procs; s++)); do
+    local sh=(); [ "$procs" = 2 ] && sh=(--shard-count 2 --shards "$s")
     # shellcheck disable=SC2046
     "$b/corelog" serve --role follower --data-dir "$d/f" --listen 127.0.0.1:25400 --repl-listen 127.0.0.1:25500 \
-      --metrics-listen 127.0.0.1:25600 --leader-addr 127.0.0.1:24400 $(tls follower) >"$d.f.log" 2>&1 &
-    FOLLOWER=$!
+      --metrics-listen "127.0.0.1:$((25600 + s))" --leader-addr 127.0.0.1:24400 "${sh[@]}" $(tls follower) >"$d.f$s.log" 2>&1 &
+    FOLLOWERS+=($!)
     # shellcheck disable=SC2046
     "$b/corelog" serve --role leader --data-dir "$d/l" --listen 127.0.0.1:24400 --repl-listen 127.0.0.1:24500 \
-      --metrics-listen 127.0.0.1:24600 --follower-addr 127.0.0.1:25500 $(tls server) >"$d.l.log" 2>&1 &
-    LEADER=$!
-    healthy 25600
-  else
+      --metrics-listen "127.0.0.1:$((24600 + s))" --follower-addr 127.0.0.1:25500 "${sh[@]}" $(tls server) >"$d.l$s.log" 2>&1 &
+    LEADERS+=($!)
+  done
+  if [ "$procs" = 0 ]; then
     # shellcheck disable=SC2046
     "$b/corelog" serve --role standalone --data-dir "$d/l" --listen 127.0.0.1:24400 \
-      --metrics-listen 127.0.0.1:24600 $(tls server) >"$d.l.log" 2>&1 &
-    LEADER=$!
+      --metrics-listen 127.0.0.1:24600 $(tls server) >"$d.l0.log" 2>&1 &
+    LEADERS+=($!)
   fi
-  healthy 24600
+  for ((s = 0; s < (procs > 0 ? procs : 1); s++)); do
+    healthy $((24600 + s))
+    [ "$procs" = 0 ] || healthy $((25600 + s))
+  done
+  # A node that failed to start while another answered on its ports would skew a figure.
+  for p in "${LEADERS[@]}" "${FOLLOWERS[@]}"; do
+    kill -0 "$p" 2>/dev/null || { echo "a node exited at start: $(tail -n 3 "$d".*.log)" >&2; exit 1; }
+  done
 }
-stop_nodes() { kill -9 "$LEADER" ${FOLLOWER:+"$FOLLOWER"} 2>/dev/null || true; wait "$LEADER" ${FOLLOWER:+"$FOLLOWER"} 2>/dev/null || true; }
+stop_nodes() { kill -9 "${LEADERS[@]}" "${FOLLOWERS[@]}" 2>/dev/null || true; wait "${LEADERS[@]}" "${FOLLOWERS[@]}" 2>/dev/null || true; }
 json() { python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print($2)" "$1"; }
 
 run() { # $1 = OLD|NEW, $2 = figure, $3 = round → prints "value [extra]"
   local side=$1 fig=$2 b d t0 t1 c0 c1 m0 m1 hz
   b=$([ "$side" = OLD ] && echo "$BIN_OLD" || echo "$BIN_NEW")
-  d="$W/$side-$fig-$3"; mkdir -p "$d"
+  d=$(mktemp -d -p "$W" "$side-$fig-$3.XXXX")
   hz=$(getconf CLK_TCK)
   case "$fig" in
     closed1k|one_repl|one_solo|open2k|closed36k)
@@ -126,7 +140,7 @@ run() { # $1 = OLD|NEW, $2 = figure, $3 = round → prints "value [extra]"
         one_repl) conns=1 ;;
         one_solo) conns=1; mode=solo ;;
         open2k) conns=100; extra=(--rate 2000) ;;
-        closed36k) conns=9000 ;;
+        closed36k) conns=9000; mode=pair2 ;;
       esac
       start_nodes "$b" "$d" "$mode"
       c0=$(server_ticks); m0=$(machine_ticks)
@@ -162,9 +176,9 @@ EOF
           ;;
       esac ;;
     mem36k)
-      start_nodes "$b" "$d" pair
+      start_nodes "$b" "$d" pair2
       local rss0 rss=0 lp=() i r
-      rss0=$(awk '/VmRSS/{print $2}' "/proc/$LEADER/status")
+      rss0=$(leader_rss_kib)
       for i in 0 1 2 3; do
         "$b/corelog-loadgen" run --target 127.0.0.1:24400 --connections 9000 --rate 500 --duration "${D}s" --quiet \
           --json "$d.$i.json" --source-ip-base $((1 + 8 * i)) --cores 1 --first-cpu "$i" "${cli_tls[@]}" \
@@ -172,7 +186,7 @@ EOF
       done
       # The largest RSS seen while the load generators run (all connected by mid-run).
       while kill -0 "${lp[0]}" 2>/dev/null; do
-        r=$(awk '/VmRSS/{print $2}' "/proc/$LEADER/status"); [ "$r" -gt "$rss" ] && rss=$r
+        r=$(leader_rss_kib); [ "$r" -gt "$rss" ] && rss=$r
         sleep 0.5
       done
       wait "${lp[@]}"

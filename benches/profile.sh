@@ -3,8 +3,7 @@
 # follower on loopback) and the load generator run for SECS seconds while perf samples
 # the leader, the follower and the load generator (cpu-clock, DWARF call graphs; this
 # machine kind has no hardware counters). Each level gives one flamegraph
-# ($OUT/flame-<level>.svg, three roots: leader, follower, loadgen), its folded stacks,
-# and a line of figures (acked/s, p50, CPU per append of each process, context
+# ($OUT/flame-<level>.svg, three roots: leader, follower, loadgen) and a line of figures (acked/s, p50, CPU per append of each process, context
 # switches per append, the kernel's share of each process's samples).
 #
 # Levels: one (1 connection, closed loop), open2k (open loop 2,000/s over 100
@@ -76,9 +75,10 @@ for level in $LEVELS; do
   kill -9 "$L" "$F" 2>/dev/null || true; wait "$L" "$F" 2>/dev/null || true
   for who in leader follower loadgen; do
     perf script -i "$d/$who.data" 2>/dev/null | inferno-collapse-perf | sed "s/^/$who;/"
-  done >"$OUT/flame-$level.folded"
-  inferno-flamegraph --title "$level: leader, follower, load generator (cpu-clock, $SECS s)" \
-    <"$OUT/flame-$level.folded" >"$OUT/flame-$level.svg"
+  done >"$d/flame.folded"
+  # Frames under 0.3 px are left out (keeps each SVG to a few hundred KiB).
+  inferno-flamegraph --minwidth 0.3 --title "$level: leader, follower, load generator (cpu-clock, $SECS s)" \
+    <"$d/flame.folded" >"$OUT/flame-$level.svg"
   kshare() { perf report -i "$d/$1.data" --no-children --sort dso --stdio 2>/dev/null | awk '/kernel.kallsyms/{print $1; exit}'; }
   python3 - "$level" "$d/lg.json" "$t0" "$t1" "$a0" "$a1" "${c0[@]}" "${c1[@]}" "$(kshare leader)" "$(kshare follower)" "$(kshare loadgen)" <<'EOF' | tee -a "$OUT/figures.txt"
 import json, os, sys
