@@ -10,8 +10,7 @@
 #   one_repl   one connection, replicated pair: p50 (µs)
 #   one_solo   one connection, standalone node: p50 (µs)
 #   open2k     open loop 2,000 appends/s over 100 connections: server CPU µs per acked
-#              append (leader + follower utime + stime from /proc over the run), and the
-#              whole machine's busy CPU less the load generator's, per append
+#              append (leader + follower utime + stime from /proc over the run)
 #   idle       idle pair for the same time: server CPU % of one core
 #   closed36k  (only with BIG=1) closed loop, 36,000 connections over 4 load generators,
 #              each node as 2 processes (one per shard: the open-file limit)
@@ -88,9 +87,6 @@ tls() { echo "--cert $W/certs/$1.pem --key $W/certs/$1.key --client-ca $W/certs/
 cli_tls=(--ca "$W/certs/ca.pem" --cert "$W/certs/client.pem" --key "$W/certs/client.key")
 healthy() { for _ in $(seq 1 300); do curl -sf "http://127.0.0.1:$1/health" >/dev/null && return 0; sleep 0.1; done; echo "no health on :$1" >&2; return 1; }
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; } # utime + stime, clock ticks
-# The whole machine's busy ticks (user nice system irq softirq): work the kernel does for
-# the nodes outside their threads (kworkers completing I/O, softirqs) counts here.
-machine_ticks() { python3 -c "print(sum(int(x) for i, x in enumerate(open('/proc/stat').readline().split()[1:]) if i in (0, 1, 2, 5, 6)))"; }
 server_ticks() { local t=0 p; for p in "${LEADERS[@]}" "${FOLLOWERS[@]}"; do t=$((t + $(cpu_ticks "$p"))); done; echo "$t"; }
 leader_rss_kib() { local t=0 p; for p in "${LEADERS[@]}"; do t=$((t + $(awk '/VmRSS/{print $2}' "/proc/$p/status"))); done; echo "$t"; }
 start_nodes() { # $1 bin, $2 dir, $3 pair|pair2|solo → sets LEADERS FOLLOWERS
@@ -129,7 +125,7 @@ stop_nodes() { kill -9 "${LEADERS[@]}" "${FOLLOWERS[@]}" 2>/dev/null || true; wa
 json() { python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print($2)" "$1"; }
 
 run() { # $1 = OLD|NEW, $2 = figure, $3 = round → prints "value [extra]"
-  local side=$1 fig=$2 b d t0 t1 c0 c1 m0 m1 hz
+  local side=$1 fig=$2 b d t0 t1 c0 c1 hz
   b=$([ "$side" = OLD ] && echo "$BIN_OLD" || echo "$BIN_NEW")
   d=$(mktemp -d -p "$W" "$side-$fig-$3.XXXX")
   hz=$(getconf CLK_TCK)
@@ -143,7 +139,7 @@ run() { # $1 = OLD|NEW, $2 = figure, $3 = round → prints "value [extra]"
         closed36k) conns=9000; mode=pair2 ;;
       esac
       start_nodes "$b" "$d" "$mode"
-      c0=$(server_ticks); m0=$(machine_ticks)
+      c0=$(server_ticks)
       if [ "$fig" = closed36k ]; then
         local lp=() i
         for i in 0 1 2 3; do
@@ -156,15 +152,14 @@ run() { # $1 = OLD|NEW, $2 = figure, $3 = round → prints "value [extra]"
         "$b/corelog-loadgen" run --target 127.0.0.1:24400 --connections "$conns" --duration "${D}s" --quiet \
           --json "$d.json" "${extra[@]}" "${cli_tls[@]}" >/dev/null 2>"$d.lg"
       fi
-      c1=$(server_ticks); m1=$(machine_ticks)
+      c1=$(server_ticks)
       stop_nodes
       case "$fig" in
         closed1k) json "$d.json" "'%.0f %d %d %d' % (r['acked']/r['window_s'], r['p50_us'], r['p99_us'], r['errors'])" ;;
         one_repl|one_solo) json "$d.json" "'%d %.0f %d' % (r['p50_us'], r['acked']/r['window_s'], r['errors'])" ;;
         open2k)
           # The CPU ticks cover the whole run (connecting, warm-up, window): so does acked_total.
-          # Machine: every busy tick of the run less the load generator's own CPU time.
-          json "$d.json" "'%.1f %.1f %d %d' % ((($c1-$c0)/$hz*1e6)/max(1,r['acked_total']), (($m1-$m0)/$hz-r['cpu_s'])*1e6/max(1,r['acked_total']), r['acked'], r['errors'])" ;;
+          json "$d.json" "'%.1f %d %d' % ((($c1-$c0)/$hz*1e6)/max(1,r['acked_total']), r['acked'], r['errors'])" ;;
         closed36k)
           python3 - "$d" <<'EOF'
 import json, glob, sys
@@ -231,7 +226,7 @@ fig, rest = sys.argv[1], sys.argv[2:]
 names = {"closed1k": ["acked/s", "p50 µs", "p99 µs", "errors"], "closed36k": ["acked/s", "p50 µs", "p99 µs", "errors"],
          "one_repl": ["p50 µs", "acked/s", "errors"], "one_solo": ["p50 µs", "acked/s", "errors"],
          "mem36k": ["bytes/connection", "connections", "errors"],
-         "open2k": ["server CPU µs/append", "machine-loadgen µs/app", "acked", "errors"], "idle": ["server CPU %"]}[fig]
+         "open2k": ["server CPU µs/append", "acked", "errors"], "idle": ["server CPU %"]}[fig]
 def runs(s):  # "v1 v2|v1 v2|" -> [[v1, v2], ...] (two runs per side per round)
     return [[float(x) for x in part.split()] for part in s.split("|") if part.strip()]
 for k, name in enumerate(names):

@@ -64,10 +64,12 @@ for level in $LEVELS; do
   for who in leader follower loadgen; do
     case $who in leader) p=$L ;; follower) p=$F ;; loadgen) p=$G ;; esac
     perf record -q -e cpu-clock -F "${PROFILE_HZ:-199}" --call-graph dwarf,16384 -p "$p" -o "$d/$who.data" \
-      -- sleep "$SECS" >"$d/$who.perf.log" 2>&1 &
+      >"$d/$who.perf.log" 2>&1 &
     pp+=($!)
   done
-  wait "${pp[@]}"
+  sleep "$SECS"
+  kill -INT "${pp[@]}"
+  wait "${pp[@]}" || true
   t1=$(date +%s.%N)
   c1=("$(ticks "$L")" "$(ticks "$F")" "$(ticks "$G")" "$(switches "$L")" "$(switches "$F")")
   a1=$(curl -s http://127.0.0.1:24600/metrics | awk '/^corelog_appends_total/{s += $2} END {print s + 0}')
