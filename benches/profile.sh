@@ -26,7 +26,7 @@ if [ -z "${BIN:-}" ]; then
 fi
 mkdir -p "$OUT"
 W="$(mktemp -d -p "$PWD/target" profile.XXXX)"
-cleanup() { pkill -9 -f -- "--data-dir $W/" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$W"; }
+cleanup() { pkill -9 -f -- "--data-dir $W/" 2>/dev/null || true; wait 2>/dev/null || true; [ -n "${KEEP:-}" ] || rm -rf "$W"; }
 trap cleanup EXIT
 "$BIN/corelog" certs --out "$W/certs" >/dev/null
 tls() { echo "--cert $W/certs/$1.pem --key $W/certs/$1.key --client-ca $W/certs/ca.pem"; }

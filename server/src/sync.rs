@@ -17,40 +17,150 @@ pub async fn deadline<F: Future>(at: Instant, f: F) -> Option<F::Output> {
 }
 
 /// A broadcast event: `wait()` completes after the next `notify()`.
+///
+/// Bounded: a waiting `EventWait` holds one slot however often it is polled (a wait
+/// raced against something that wakes often — `or(read, closing)` on a busy connection
+/// — is re-polled on every wake-up), and a dropped one gives its slot back (a wait
+/// abandoned at a timeout, again and again, while nothing notifies). Both used to push
+/// a waker clone each time until the next notify: memory without bound, and glommio's
+/// per-task reference count overflowed after 32,767 clones — a panic that stopped the
+/// node (one connection after 32,767 appends).
 #[derive(Default)]
 pub struct Event {
     generation: Cell<u64>,
-    waiters: RefCell<Vec<Waker>>,
+    waiters: RefCell<Vec<Option<Waker>>>,
+    /// Slots of `waiters` whose wait was dropped, reused by the next waits.
+    free: RefCell<Vec<usize>>,
 }
 
 impl Event {
     pub fn notify(&self) {
         self.generation.set(self.generation.get() + 1);
-        for w in self.waiters.borrow_mut().drain(..) {
+        self.free.borrow_mut().clear();
+        let waiters = std::mem::take(&mut *self.waiters.borrow_mut());
+        for w in waiters.into_iter().flatten() {
             w.wake();
         }
     }
 
     /// Resolves once `notify` has been called after this call.
     pub fn wait(&self) -> EventWait<'_> {
-        EventWait { ev: self, seen: self.generation.get() }
+        EventWait { ev: self, seen: self.generation.get(), slot: None }
+    }
+
+    /// Slots held (for tests): waits registered since the last notify, less dropped ones
+    /// whose slot was not reused yet.
+    pub fn slots(&self) -> usize {
+        self.waiters.borrow().len()
     }
 }
 
 pub struct EventWait<'a> {
     ev: &'a Event,
     seen: u64,
+    /// Our slot in `ev.waiters` (valid while the generation is `seen`).
+    slot: Option<usize>,
 }
 
 impl Future for EventWait<'_> {
     type Output = ();
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         if self.ev.generation.get() != self.seen {
             return Poll::Ready(());
         }
-        // No de-duplication (O(n) per poll): a spurious re-poll adds a waker that the
-        // next notify drains.
-        self.ev.waiters.borrow_mut().push(cx.waker().clone());
+        let mut waiters = self.ev.waiters.borrow_mut();
+        match self.slot {
+            Some(i) => {
+                let w = &mut waiters[i];
+                if !w.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                    *w = Some(cx.waker().clone());
+                }
+            }
+            None => {
+                let i = match self.ev.free.borrow_mut().pop() {
+                    Some(i) => {
+                        waiters[i] = Some(cx.waker().clone());
+                        i
+                    }
+                    None => {
+                        waiters.push(Some(cx.waker().clone()));
+                        waiters.len() - 1
+                    }
+                };
+                drop(waiters);
+                self.slot = Some(i);
+            }
+        }
         Poll::Pending
+    }
+}
+
+impl Drop for EventWait<'_> {
+    fn drop(&mut self) {
+        if let Some(i) = self.slot {
+            if self.ev.generation.get() == self.seen {
+                self.ev.waiters.borrow_mut()[i] = None;
+                self.ev.free.borrow_mut().push(i);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    struct Count(AtomicUsize);
+    impl std::task::Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn a_wait_holds_one_slot_however_often_polled_or_dropped() {
+        let ev = Event::default();
+        let count = Arc::new(Count(AtomicUsize::new(0)));
+        let waker = Waker::from(count.clone());
+        let mut cx = Context::from_waker(&waker);
+        let mut w = Box::pin(ev.wait());
+        for _ in 0..100_000 {
+            assert!(w.as_mut().poll(&mut cx).is_pending());
+        }
+        assert_eq!(ev.slots(), 1);
+        for _ in 0..100_000 {
+            let mut abandoned = Box::pin(ev.wait());
+            assert!(abandoned.as_mut().poll(&mut cx).is_pending());
+        }
+        assert_eq!(ev.slots(), 2, "dropped waits reuse one slot");
+        ev.notify();
+        assert_eq!(count.0.load(Ordering::SeqCst), 1, "only the live wait is woken");
+        assert!(w.as_mut().poll(&mut cx).is_ready());
+        assert_eq!(ev.slots(), 0);
+    }
+
+    /// The crash itself: a glommio task re-polling one wait 40,000 times (each clone
+    /// of its waker raised its reference count, which overflows at 32,767).
+    #[test]
+    fn a_glommio_task_survives_40k_polls_of_one_wait() {
+        glommio::LocalExecutorBuilder::default()
+            .spawn(|| async {
+                let ev = Event::default();
+                let mut w = Box::pin(ev.wait());
+                std::future::poll_fn(|cx| {
+                    for _ in 0..40_000 {
+                        assert!(w.as_mut().poll(cx).is_pending());
+                    }
+                    Poll::Ready(())
+                })
+                .await;
+                ev.notify();
+                w.await;
+            })
+            .unwrap()
+            .join()
+            .unwrap();
     }
 }
