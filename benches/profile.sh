@@ -81,6 +81,7 @@ for level in $LEVELS; do
   # Frames under 0.3 px are left out (keeps each SVG to a few hundred KiB).
   inferno-flamegraph --minwidth 0.3 --title "$level: leader, follower, load generator (cpu-clock, $SECS s)" \
     <"$d/flame.folded" >"$OUT/flame-$level.svg"
+  python3 benches/stack_shares.py "$d/flame.folded" >"$d/shares.txt"
   kshare() { perf report -i "$d/$1.data" --no-children --sort dso --stdio 2>/dev/null | awk '/kernel.kallsyms/{print $1; exit}'; }
   python3 - "$level" "$d/lg.json" "$t0" "$t1" "$a0" "$a1" "${c0[@]}" "${c1[@]}" "$(kshare leader)" "$(kshare follower)" "$(kshare loadgen)" <<'EOF' | tee -a "$OUT/figures.txt"
 import json, os, sys
@@ -93,5 +94,6 @@ print(f"{level}: {n / dt:,.0f} appends/s in the window, p50 {r['p50_us']} µs, p
       f"context switches/append leader {(c1[3] - c0[3]) / n:.2f} follower {(c1[4] - c0[4]) / n:.2f}; "
       f"kernel share of samples leader {ks[0]} follower {ks[1]} loadgen {ks[2]}")
 EOF
+  tee -a "$OUT/figures.txt" <"$d/shares.txt"
 done
 echo "flamegraphs: $OUT/flame-*.svg; figures: $OUT/figures.txt"
