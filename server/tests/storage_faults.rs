@@ -36,6 +36,18 @@ fn segment0(data: &Path) -> PathBuf {
     data.join("shard-0").join(format!("{:020}.log", 0))
 }
 
+/// Shard 0's last segment: where its last batch is (a load bounded by time, not count,
+/// may roll past segment 0 — the faster the node, the sooner).
+fn last_segment(data: &Path) -> PathBuf {
+    let mut segs: Vec<PathBuf> = std::fs::read_dir(data.join("shard-0"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "log"))
+        .collect();
+    segs.sort();
+    segs.pop().expect("a segment")
+}
+
 /// Byte position of the last batch in a segment (batches start on 4 KiB blocks).
 fn last_batch(seg: &Path) -> u64 {
     let bytes = std::fs::read(seg).unwrap();
@@ -82,7 +94,7 @@ fn damage_to_the_last_acknowledged_batch_is_refused_never_cut_silently() {
         node.start();
         let payloads = append_each(&node.addr(), 0, 5, "acked");
         node.kill9();
-        let seg = segment0(&data);
+        let seg = last_segment(&data);
         let pos = last_batch(&seg);
         harm(&seg, pos, how);
 
@@ -131,7 +143,7 @@ fn a_follower_with_a_damaged_last_batch_fetches_it_again_from_its_leader() {
         let mut payloads = append_each(&p.leader.addr(), 0, 20, "acked");
         wait_caught_up(&p, Duration::from_secs(20));
         p.follower.kill9();
-        let seg = segment0(&p.follower.data);
+        let seg = last_segment(&p.follower.data);
         let pos = last_batch(&seg);
         harm(&seg, pos, how);
         assert_eq!(inspect(&p.follower.data).0, 2, "{how:?}");
@@ -161,7 +173,7 @@ fn a_leader_with_a_damaged_last_batch_refuses_and_is_repaired_from_its_follower(
     wait_caught_up(&p, Duration::from_secs(20));
     p.leader.kill9();
     p.follower.kill9();
-    let seg = segment0(&p.leader.data);
+    let seg = last_segment(&p.leader.data);
     harm(&seg, last_batch(&seg), Harm::RecordBit);
 
     p.leader.spawn();
@@ -199,7 +211,7 @@ fn a_marked_shard_does_not_lead_until_it_has_caught_up() {
     wait_caught_up(&p, Duration::from_secs(20));
     p.leader.kill9();
     p.follower.kill9();
-    let seg = segment0(&p.follower.data);
+    let seg = last_segment(&p.follower.data);
     harm(&seg, last_batch(&seg), Harm::RecordBit);
     p.follower.start(); // no leader: it cuts, marks, and waits
     wait_log(&p.follower, "fetched again from the leader");
@@ -237,7 +249,7 @@ fn coordinator_a_damaged_leader_does_not_lead_and_is_repaired_by_its_peer() {
     let h = load.finish();
     c.nodes[leader].kill9();
     c.nodes[other].kill9();
-    let seg = segment0(&c.nodes[leader].data);
+    let seg = last_segment(&c.nodes[leader].data);
     let pos = last_batch(&seg);
     harm(&seg, pos, Harm::RecordBit);
     assert_eq!(inspect(&c.nodes[leader].data).0, 2);
