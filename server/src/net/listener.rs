@@ -23,7 +23,7 @@ pub const BACKLOG: i32 = 8192;
 /// loopback, the receive queue's CPU with a NIC — and a connection's packets and its
 /// shard meet on one CPU: the wake-ups on every reply stay local. Waking a thread on
 /// another CPU costs an inter-processor interrupt, which is dear in a VM: closed loop
-/// 1,000 connections on 2 vCPUs went from 61k to 130k acked/s (docs/results).
+/// 1,000 connections on 2 vCPUs went from 61k to 127k–133k acked/s (docs/results).
 pub fn bind(addr: SocketAddr, reuse_port: bool) -> std::io::Result<TcpListener> {
     let sk = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
     sk.set_reuse_address(true)?;

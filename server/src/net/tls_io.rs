@@ -47,12 +47,8 @@ async fn sock_read_with<R>(s: &Sock, mut f: impl FnMut(&[u8]) -> R) -> io::Resul
     std::future::poll_fn(|cx| {
         SCRATCH.with(|b| {
             let mut b = b.borrow_mut();
-            match Pin::new(&mut *s.borrow_mut()).poll_read(cx, &mut b) {
-                std::task::Poll::Ready(Ok(0)) => std::task::Poll::Ready(Ok(None)),
-                std::task::Poll::Ready(Ok(n)) => std::task::Poll::Ready(Ok(Some(f(&b[..n])))),
-                std::task::Poll::Ready(Err(e)) => std::task::Poll::Ready(Err(e)),
-                std::task::Poll::Pending => std::task::Poll::Pending,
-            }
+            let read = Pin::new(&mut *s.borrow_mut()).poll_read(cx, &mut b);
+            read.map_ok(|n| (n > 0).then(|| f(&b[..n])))
         })
     })
     .await
