@@ -28,12 +28,20 @@ pub const MAX_OUT_BYTES: usize = 2 * 1024 * 1024;
 /// Bytes per `Records` push on a tail.
 const TAIL_CHUNK: usize = 256 * 1024;
 
-pub async fn serve(shard: Rc<Shard>, sock: TcpStream, tls: Option<rustls::Connection>) {
+/// Serves one client connection to its end.
+///
+/// Memory: this future lives as long as the connection (36,000 of them per process), and
+/// an async fn's state is as large as its largest await plus its arguments, which are
+/// never overlapped. So the TLS session comes boxed (1,168 bytes inline, twice: here and
+/// in the spawning task), and the handshake runs boxed (≈ 4 KiB of state, 12 KiB under
+/// `deadline`, only for the handshake's duration): 28 KB per connection was 18.5 KB.
+pub async fn serve(shard: Rc<Shard>, sock: TcpStream, tls: Option<Box<rustls::Connection>>) {
     let _ = sock.set_nodelay(true);
     // The TLS handshake and the first frame (`Hello`) must arrive by then: a silent or
     // half-open connection cannot hold a socket and its buffers for ever.
     let hello_by = Instant::now() + shard.cfg.handshake_timeout;
-    let (mut rd, wr) = match deadline(hello_by, tls_io::establish_as(sock, tls, "client")).await {
+    let handshake = Box::pin(tls_io::establish_as(sock, tls.map(|c| *c), "client"));
+    let (mut rd, wr) = match deadline(hello_by, handshake).await {
         Some(Ok(x)) => x,
         Some(Err(_)) => {
             shard.metrics.tls_failures.increment(1);

@@ -100,7 +100,7 @@ pub async fn accept_clients(shard: Rc<Shard>, listener: TcpListener, tls_cfg: tl
                     drop(sock);
                     continue;
                 };
-                let t = tls::accept(&tls_cfg);
+                let t = tls::accept(&tls_cfg).map(Box::new); // see `conn::serve` on memory
                 let shard = shard.clone();
                 glommio::spawn_local(async move {
                     conn::serve(shard, sock, t).await;
