@@ -34,7 +34,8 @@ const TAIL_CHUNK: usize = 256 * 1024;
 /// an async fn's state is as large as its largest await plus its arguments, which are
 /// never overlapped. So the TLS session comes boxed (1,168 bytes inline, twice: here and
 /// in the spawning task), and the handshake runs boxed (≈ 4 KiB of state, 12 KiB under
-/// `deadline`, only for the handshake's duration): 28 KB per connection was 18.5 KB.
+/// `deadline`, only for the handshake's duration). Leader RSS per connection at 9,000
+/// connections: 27,953 B before, 14,950 B after (docs/results/2026-11-23-efficiency.md).
 pub async fn serve(shard: Rc<Shard>, sock: TcpStream, tls: Option<Box<rustls::Connection>>) {
     let _ = sock.set_nodelay(true);
     // The TLS handshake and the first frame (`Hello`) must arrive by then: a silent or
