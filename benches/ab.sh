@@ -141,12 +141,25 @@ run() { # $1 = OLD|NEW, $2 = figure, $3 = round → prints "value [extra]"
       start_nodes "$b" "$d" "$mode"
       c0=$(server_ticks)
       if [ "$fig" = closed36k ]; then
-        local lp=() i
+        # One shared start: each load generator connects, says READY on its stdout and
+        # reads the start time from its stdin (fifos), so the four windows (and warm-ups)
+        # are the same wall-clock interval — no process still handshaking 9,000 TLS
+        # connections, or closing them, inside another's window.
+        local lp=() ins=() i fd line at
         for i in 0 1 2 3; do
-          "$b/corelog-loadgen" run --target 127.0.0.1:24400 --connections "$conns" --duration "${D}s" --quiet \
-            --json "$d.$i.json" --source-ip-base $((1 + 8 * i)) --cores 1 --first-cpu "$i" "${cli_tls[@]}" \
-            >/dev/null 2>"$d.$i.lg" & lp+=($!)
+          mkfifo "$d.$i.in" "$d.$i.out"
+          exec {fd}<>"$d.$i.in"; ins+=("$fd")
+          "$b/corelog-loadgen" run --target 127.0.0.1:24400 --connections "$conns" --duration "${D}s" --warmup 3s \
+            --quiet --start-at stdin --json "$d.$i.json" --source-ip-base $((1 + 8 * i)) --cores 1 --first-cpu "$i" \
+            "${cli_tls[@]}" <"$d.$i.in" >"$d.$i.out" 2>"$d.$i.lg" & lp+=($!)
         done
+        for i in 0 1 2 3; do
+          exec {fd}<"$d.$i.out"
+          read -r -t 300 line <&"$fd" || { echo "load generator $i never became ready: $(tail -n 3 "$d.$i.lg")" >&2; exit 1; }
+          [[ $line == READY* ]] || { echo "load generator $i: $line" >&2; exit 1; }
+        done
+        at=$(python3 -c 'import time; print(f"{time.time() + 0.5:.3f}")')
+        for fd in "${ins[@]}"; do echo "$at" >&"$fd"; exec {fd}>&-; done
         wait "${lp[@]}"
       else
         "$b/corelog-loadgen" run --target 127.0.0.1:24400 --connections "$conns" --duration "${D}s" --quiet \

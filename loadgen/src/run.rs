@@ -341,9 +341,21 @@ async fn executor(cfg: RunConfig, g: Arc<Global>, first: usize, share: usize) ->
             glommio::spawn_local(drive(conn, cfg, local, schedule, measure_from, measure_to))
         })
         .collect();
+    // A connection whose window is over stays open until this executor's last answer
+    // is in, and then as long again as the slowest answer took: closing thousands of
+    // connections costs the server CPU, and the appends of other connections (and of
+    // other load-generator processes, whose windows end at the same time) still in flight
+    // would pay for it — a tail of the benchmark's own making.
+    let mut open = Vec::with_capacity(share);
     for t in tasks {
-        t.await;
+        open.extend(t.await);
     }
+    let slowest = Duration::from_micros(local.hist.borrow().max());
+    let linger_to = (measure_to + slowest * 2).min(measure_to + cfg.timeout);
+    if let Some(left) = linger_to.checked_duration_since(Instant::now()) {
+        glommio::timer::sleep(left).await;
+    }
+    drop(open);
     let errors = local.errors.borrow().clone();
     let hist = local.hist.borrow().clone();
     ExecResult {
@@ -507,7 +519,7 @@ async fn drive(
     schedule: Option<(Duration, Instant)>,
     measure_from: Instant,
     measure_to: Instant,
-) {
+) -> Option<Link> {
     let payload = vec![b'x'; cfg.payload_bytes];
     let mut frame = Vec::with_capacity(payload.len() + 16);
     let mut req_id = 0u64;
@@ -541,7 +553,7 @@ async fn drive(
             None => None,
             Some(n) if n.is_empty() => {
                 crate::log!("connection {}: none of the {} streams lives on shard {}", c.i, cfg.streams, c.home.0);
-                return;
+                return None;
             }
             Some(n) => {
                 pick = if cfg.stream_random { xorshift(pick) } else { pick.wrapping_add(1) };
@@ -563,7 +575,7 @@ async fn drive(
         if c.w.write(&frame).await.is_err() {
             if !cfg.failover {
                 bump(&local.timeouts);
-                return;
+                return None;
             }
             bump(&local.unknown); // part of it may have left
             move_to = Some(c.alt + 1);
@@ -594,7 +606,7 @@ async fn drive(
                     }
                     if code != ErrorCode::ReplicationTimeout as u16 && code != ErrorCode::Overloaded as u16 {
                         if !cfg.failover {
-                            return;
+                            return None;
                         }
                         // NotLeader names the leader's client address when known.
                         let named = (code == ErrorCode::NotLeader as u16)
@@ -607,7 +619,7 @@ async fn drive(
                 Err(glommio::GlommioError::TimedOut(_)) | Ok(_) => {
                     bump(&local.timeouts);
                     if !cfg.failover {
-                        return;
+                        return None;
                     }
                     move_to = Some(c.alt + 1);
                 }
@@ -615,7 +627,7 @@ async fn drive(
                     // The connection broke before the answer.
                     if !cfg.failover {
                         bump(&local.timeouts);
-                        return;
+                        return None;
                     }
                     bump(&local.unknown);
                     move_to = Some(c.alt + 1);
@@ -627,11 +639,12 @@ async fn drive(
         }
         if let Some(to) = move_to {
             if !reconnect(&mut c, to, &cfg, &mut backoff, measure_to).await {
-                return;
+                return None;
             }
             bump(&local.reconnects);
         }
     }
+    Some(c)
 }
 
 fn xorshift(mut x: u64) -> u64 {
