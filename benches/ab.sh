@@ -253,6 +253,10 @@ for k, name in enumerate(names):
         olds.append(ov); news.append(nv); ratios.append(nv / ov if ov else float("nan"))
     print(f"{fig:9s} {name:22s} NEW/OLD {statistics.median(ratios):.3f} [{min(ratios):.3f}, {max(ratios):.3f}]"
           f"   OLD median {statistics.median(olds):.1f}  NEW median {statistics.median(news):.1f}")
+    if fig.startswith("closed") and name == "p99 µs":
+        p50s = {side: statistics.median(statistics.mean(r[1] for r in runs(x)) for x in rest[i::2]) for i, side in enumerate(("OLD", "NEW"))}
+        print(f"{fig:9s} {'p99 / p50':22s} OLD {statistics.median(olds) / p50s['OLD']:.2f}  NEW {statistics.median(news) / p50s['NEW']:.2f}"
+              + ("   (36k: the highest p50 and p99 of the 4 load generators)" if fig == "closed36k" else ""))
     floor = os.environ.get("FLOOR_FILE", "")
     if fig.startswith("one_") and name == "p50 µs" and os.path.exists(floor):
         fl = float(open(floor).read())
