@@ -119,7 +119,9 @@ struct RunArgs {
     addr: Option<String>,
     #[arg(long, default_value_t = 100)]
     connections: usize,
-    /// Measured window, e.g. 10s, 500ms.
+    /// Measured window, e.g. 10s, 500ms. Connections stay open after it until twice the
+    /// slowest answer has passed (at most 5 s), so that closing them does not slow the
+    /// appends of other connections and processes still in flight.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     duration: Duration,
     /// Unmeasured warm-up before the window.

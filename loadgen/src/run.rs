@@ -341,17 +341,18 @@ async fn executor(cfg: RunConfig, g: Arc<Global>, first: usize, share: usize) ->
             glommio::spawn_local(drive(conn, cfg, local, schedule, measure_from, measure_to))
         })
         .collect();
-    // A connection whose window is over stays open until this executor's last answer
-    // is in, and then as long again as the slowest answer took: closing thousands of
-    // connections costs the server CPU, and the appends of other connections (and of
-    // other load-generator processes, whose windows end at the same time) still in flight
-    // would pay for it — a tail of the benchmark's own making.
+    // A connection whose window is over stays open until this executor's last answer is
+    // in, and until twice the slowest answer has passed since the window's end (at most
+    // LINGER_MAX): closing thousands of connections costs the server CPU, and the appends
+    // of other connections (and of other load-generator processes, whose windows end at
+    // the same time) still in flight would pay for it — a tail of the benchmark's own
+    // making.
     let mut open = Vec::with_capacity(share);
     for t in tasks {
         open.extend(t.await);
     }
     let slowest = Duration::from_micros(local.hist.borrow().max());
-    let linger_to = (measure_to + slowest * 2).min(measure_to + cfg.timeout);
+    let linger_to = measure_to + (slowest * 2).min(cfg.timeout).min(LINGER_MAX);
     if let Some(left) = linger_to.checked_duration_since(Instant::now()) {
         glommio::timer::sleep(left).await;
     }
@@ -368,6 +369,10 @@ async fn executor(cfg: RunConfig, g: Arc<Global>, first: usize, share: usize) ->
         reconnects: local.reconnects.get(),
     }
 }
+
+/// The longest a process keeps its connections open after its window (a failover run's
+/// slowest answer can take seconds).
+const LINGER_MAX: Duration = Duration::from_secs(5);
 
 /// A failover connect that has not completed in this long moves on to the next node.
 const FAILOVER_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
