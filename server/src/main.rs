@@ -254,7 +254,8 @@ struct ServeArgs {
     /// io_uring registered buffer memory per executor (memlock is 8 MiB per user here).
     #[arg(long, default_value_t = 512 * 1024)]
     io_memory: usize,
-    /// Leader: bytes of recent batches kept in memory per shard for the replication link;
+    /// Leader: heap bytes of recent batches (buffers and per-batch overhead) kept in
+    /// memory per shard for the replication link;
     /// a follower further behind is caught up from the segments (default 32 MiB, at
     /// least 64 KiB; small values are for tests of the catch-up path).
     #[arg(long, default_value_t = corelog_server::shard::MAX_RECENT_BYTES as u64, value_parser = clap::value_parser!(u64).range(65536..))]

@@ -34,6 +34,7 @@ use crate::coord::cell::ControlCell;
 use crate::index::LogIndex;
 use crate::metrics::ShardMetrics;
 use crate::producers::{refusal, Verdict};
+use crate::replica::recent::{self, Recent, RecentRing};
 use crate::sync::Event;
 use crate::wal::batch::{MAX_BATCH_BYTES, MAX_BATCH_RECORDS};
 use crate::wal::Log;
@@ -159,16 +160,6 @@ struct Unacked {
     since: Instant,
 }
 
-/// A batch handed to the disk, kept for the replication link.
-pub struct Recent {
-    pub first_offset: u64,
-    pub count: u32,
-    pub epoch: u32,
-    pub records: Rc<Vec<u8>>,
-    /// When it was handed to the link (for `corelog_replication_rtt_seconds`).
-    pub shipped: Instant,
-}
-
 #[derive(Clone)]
 pub struct ShardConfig {
     pub id: u16,
@@ -176,7 +167,8 @@ pub struct ShardConfig {
     /// Acknowledge on local durability alone (no follower). Development/benchmark only.
     pub standalone: bool,
     pub ack_timeout: Duration,
-    /// Bytes of recent batches kept for the replication link (≥ 2 batches are kept).
+    /// Heap bytes of recent batches kept for the replication link (buffers plus
+    /// per-batch overhead; ≥ 2 batches are kept).
     pub recent_bytes: usize,
     /// TLS handshake + first frame (`Hello`) on client and replication connections.
     pub handshake_timeout: Duration,
@@ -221,8 +213,8 @@ pub struct Shard {
     acked_end: Cell<u64>,
     /// `ctl.solo()` as this shard last acted on it.
     solo_seen: Cell<bool>,
-    pub recent: RefCell<VecDeque<Recent>>,
-    recent_bytes: Cell<usize>,
+    /// Leader: batches handed to the disk, kept for the replication link.
+    pub recent: RefCell<RecentRing>,
     /// Something was staged: wakes the commit loop.
     staged_ev: Event,
     /// A batch was handed to the disk: wakes the replication link.
@@ -263,6 +255,7 @@ impl Shard {
         let next = log.next_offset();
         assert!(commit_floor <= next, "commit floor {commit_floor} above the log end {next}");
         let replicated_leader = role == Role::Leader && !cfg.standalone;
+        let recent_ring = RecentRing::new(cfg.recent_bytes);
         publish_index(&metrics, &index); // what the boot scan rebuilt
         Rc::new(Shard {
             acked_end: Cell::new(commit_floor),
@@ -282,8 +275,7 @@ impl Shard {
             unacked: Default::default(),
             unacked_count: Cell::new(0),
             follower_next: Cell::new(0),
-            recent: Default::default(),
-            recent_bytes: Cell::new(0),
+            recent: RefCell::new(recent_ring),
             staged_ev: Event::default(),
             shipped_ev: Event::default(),
             durable_ev: Event::default(),
@@ -622,7 +614,6 @@ impl Shard {
         self.update_index(|t| t.forget_from(end));
         self.next_assign.set(end);
         self.recent.borrow_mut().clear();
-        self.recent_bytes.set(0);
         self.release();
         Ok(end)
     }
@@ -646,10 +637,11 @@ impl Shard {
                 continue;
             };
             let epoch = self.epoch.get();
-            let records = Rc::new(b.records);
-            if self.role.get() == Role::Leader && !self.cfg.standalone {
+            let shipping = self.role.get() == Role::Leader && !self.cfg.standalone;
+            let records = Rc::new(if shipping { recent::compact(b.records) } else { b.records });
+            if shipping {
                 // Ship while writing locally, not after.
-                self.remember(Recent {
+                self.recent.borrow_mut().push(Recent {
                     first_offset: b.first_offset,
                     count: b.count,
                     epoch,
@@ -691,16 +683,6 @@ impl Shard {
                 });
             }
             self.release();
-        }
-    }
-
-    fn remember(&self, r: Recent) {
-        let mut recent = self.recent.borrow_mut();
-        self.recent_bytes.set(self.recent_bytes.get() + r.records.len());
-        recent.push_back(r);
-        while self.recent_bytes.get() > self.cfg.recent_bytes && recent.len() > 2 {
-            let old = recent.pop_front().expect("len > 2");
-            self.recent_bytes.set(self.recent_bytes.get() - old.records.len());
         }
     }
 

@@ -13,6 +13,7 @@ pub mod handshake;
 pub mod leader;
 #[cfg(test)]
 mod model;
+pub mod recent;
 
 use corelog_client::codec::{decode_frame, CodecError, Frame, Repl};
 
