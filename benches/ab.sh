@@ -25,7 +25,8 @@
 # replicated).
 #
 # Usage: benches/ab.sh OLD_REV NEW_REV [SECONDS=10] [ROUNDS=3]
-#   env BIG=1 adds closed36k; FIGS="closed1k one_repl" picks figures.
+#   env BIG=1 adds closed36k; FIGS="closed1k one_repl" picks figures; LOADGEN=new drives
+#   both sides with NEW's load generator (default: each side its own tree's).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 OLD="${1:?usage: benches/ab.sh OLD_REV NEW_REV [SECONDS] [ROUNDS]}"; NEW="${2:?NEW_REV}"
@@ -54,7 +55,7 @@ W="$(mktemp -d -p "$AB" run.XXXX)"
 # Nodes are started inside $(run …) subshells: find them by their data dir under $W.
 cleanup() { pkill -9 -f -- "--data-dir $W/" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$W"; }
 trap cleanup EXIT
-echo "OLD $(git rev-parse --short "$OLD") NEW $(git rev-parse --short "$NEW"), $(nproc) CPUs, $(date -u +%FT%TZ), ${D}s per run, $R rounds, figures: $FIGS"
+echo "OLD $(git rev-parse --short "$OLD") NEW $(git rev-parse --short "$NEW"), $(nproc) CPUs, $(date -u +%FT%TZ), ${D}s per run, $R rounds, figures: $FIGS, load generator: ${LOADGEN:-own}"
 
 # ---- the disk's floor
 if ! command -v fio >/dev/null && [ "$(id -u)" = 0 ]; then
@@ -127,6 +128,8 @@ json() { python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print($2)"
 run() { # $1 = OLD|NEW, $2 = figure, $3 = round → prints "value [extra]"
   local side=$1 fig=$2 b d t0 t1 c0 c1 hz
   b=$([ "$side" = OLD ] && echo "$BIN_OLD" || echo "$BIN_NEW")
+  # LOADGEN=new: both sides measured by NEW's load generator (the servers alone compared).
+  local lg="$b/corelog-loadgen"; [ "${LOADGEN:-own}" = new ] && lg="$BIN_NEW/corelog-loadgen"
   d=$(mktemp -d -p "$W" "$side-$fig-$3.XXXX")
   hz=$(getconf CLK_TCK)
   case "$fig" in
@@ -149,7 +152,7 @@ run() { # $1 = OLD|NEW, $2 = figure, $3 = round → prints "value [extra]"
         for i in 0 1 2 3; do
           mkfifo "$d.$i.in" "$d.$i.out"
           exec {fd}<>"$d.$i.in"; ins+=("$fd")
-          "$b/corelog-loadgen" run --target 127.0.0.1:24400 --connections "$conns" --duration "${D}s" --warmup 3s \
+          "$lg" run --target 127.0.0.1:24400 --connections "$conns" --duration "${D}s" --warmup 3s \
             --quiet --start-at stdin --json "$d.$i.json" --source-ip-base $((1 + 8 * i)) --cores 1 --first-cpu "$i" \
             "${cli_tls[@]}" <"$d.$i.in" >"$d.$i.out" 2>"$d.$i.lg" & lp+=($!)
         done
@@ -162,7 +165,7 @@ run() { # $1 = OLD|NEW, $2 = figure, $3 = round → prints "value [extra]"
         for fd in "${ins[@]}"; do echo "$at" >&"$fd"; exec {fd}>&-; done
         wait "${lp[@]}"
       else
-        "$b/corelog-loadgen" run --target 127.0.0.1:24400 --connections "$conns" --duration "${D}s" --quiet \
+        "$lg" run --target 127.0.0.1:24400 --connections "$conns" --duration "${D}s" --quiet \
           --json "$d.json" "${extra[@]}" "${cli_tls[@]}" >/dev/null 2>"$d.lg"
       fi
       c1=$(server_ticks)
@@ -188,7 +191,7 @@ EOF
       local rss0 rss=0 lp=() i r
       rss0=$(leader_rss_kib)
       for i in 0 1 2 3; do
-        "$b/corelog-loadgen" run --target 127.0.0.1:24400 --connections 9000 --rate 500 --duration "${D}s" --quiet \
+        "$lg" run --target 127.0.0.1:24400 --connections 9000 --rate 500 --duration "${D}s" --quiet \
           --json "$d.$i.json" --source-ip-base $((1 + 8 * i)) --cores 1 --first-cpu "$i" "${cli_tls[@]}" \
           >/dev/null 2>"$d.$i.lg" & lp+=($!)
       done
