@@ -201,8 +201,7 @@ $CORELOG inspect "$WORK/follower" >"$WORK/out/inspect-follower.txt" || STATUS=1
 FLAMES=()
 if [ -d "$WORK/profile" ] && ! command -v inferno-flamegraph >/dev/null; then
   log "no flamegraphs: inferno-flamegraph not found (cargo install inferno); perf data in $WORK/profile"
-fi
-if [ -d "$WORK/profile" ] && command -v inferno-flamegraph >/dev/null; then
+elif [ -d "$WORK/profile" ]; then
   for who in leader follower loadgen; do
     d=$WORK/profile/$who.perf.data
     [ -s "$d" ] || continue

@@ -33,9 +33,10 @@ const TAIL_CHUNK: usize = 256 * 1024;
 /// Memory: this future lives as long as the connection (36,000 of them per process), and
 /// an async fn's state is as large as its largest await plus its arguments, which are
 /// never overlapped. So the TLS session comes boxed (1,168 bytes inline, twice: here and
-/// in the spawning task), and the handshake runs boxed (≈ 4 KiB of state, 12 KiB under
-/// `deadline`, only for the handshake's duration). Leader RSS per connection at 9,000
-/// connections: 27,953 B before, 14,950 B after (docs/results/2026-11-23-efficiency.md).
+/// in the spawning task), and the handshake runs boxed (≈ 4 KiB of state, held only for
+/// the handshake's duration, not for the connection's life). Leader RSS per connection
+/// at 9,000 connections: 27,953 B before, 14,950 B after (2026-11-25, when `deadline`
+/// still held its future twice: 12 KiB; docs/results/2026-11-23-efficiency.md).
 pub async fn serve(shard: Rc<Shard>, sock: TcpStream, tls: Option<Box<rustls::Connection>>) {
     let _ = sock.set_nodelay(true);
     // The TLS handshake and the first frame (`Hello`) must arrive by then: a silent or
