@@ -246,6 +246,10 @@ fn retention_deletes_segments_on_both_nodes_under_load_and_restarts_recover() {
     p.leader.kill9();
     assert_inspect_trimmed(&p.leader.data);
     p.leader.start();
+    // A restarted leader shows readers only what its follower confirmed again (it
+    // cannot tell acknowledged records from an unreplicated suffix): reads wait for
+    // the follower to rejoin.
+    wait_caught_up(&p, Duration::from_secs(30));
     check_node(&rt, &p.leader.addr(), &told);
     p.follower.kill9();
     assert_inspect_trimmed(&p.follower.data);
