@@ -11,6 +11,10 @@
 //!   one sample per connection; p99 stays at the usual sub-millisecond to few-ms level
 //!   and only the max shows the stall (coordinated omission).
 //!
+//! Both runs also check the load generator's linger: connections stay open after the
+//! window until twice the slowest answer has passed (here ≥ 180 ms, the stall being
+//! the slowest), so closing them cannot delay answers still in flight elsewhere.
+//!
 //! The server binary is found next to the load generator (target/<profile>/corelog); the
 //! test says why and passes without checking anything if it is not built.
 
@@ -33,11 +37,14 @@ const CONNECTIONS: usize = 8;
 const RATE: f64 = 1000.0;
 
 /// One run of the load generator with a 100 ms SIGSTOP of the server inside the window.
-fn run_with_stall(dir: &Path, server: &Server, port: u16, rate: Option<f64>, name: &str) -> RunResult {
+fn run_with_stall(dir: &Path, server: &Server, ports: (u16, u16), rate: Option<f64>, name: &str) -> RunResult {
+    let (port, metrics) = ports;
     let certs = dir.join("certs");
     let json = dir.join(format!("{name}.json"));
     // Connecting 8 connections takes milliseconds; the shared start time leaves room.
     let start_unix = unix_now() + 2.0;
+    // (`instant_of_unix` clamps a past time to now: convert while it is ahead.)
+    let start = instant_of_unix(start_unix);
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_corelog-loadgen"));
     cmd.arg("run")
         .args(["--target", &format!("127.0.0.1:{port}")])
@@ -57,7 +64,7 @@ fn run_with_stall(dir: &Path, server: &Server, port: u16, rate: Option<f64>, nam
     }
     let mut lg = cmd.spawn().unwrap();
     // The injected fault: freeze the whole server process for STALL.
-    let stall_at = instant_of_unix(start_unix) + Duration::from_millis(WARMUP_MS + STALL_AT_MS);
+    let stall_at = start + Duration::from_millis(WARMUP_MS + STALL_AT_MS);
     let now = Instant::now();
     assert!(stall_at > now);
     std::thread::sleep(stall_at - now);
@@ -67,7 +74,14 @@ fn run_with_stall(dir: &Path, server: &Server, port: u16, rate: Option<f64>, nam
     std::thread::sleep(STALL);
     // SAFETY: as above.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
+    // Linger: 90 ms after the window's end every connection is still open (the slowest
+    // answer took ≥ 90 ms, so they stay ≥ 180 ms); without it they close at once.
+    let window_end = start + Duration::from_millis(WARMUP_MS + WINDOW_MS);
+    let mid_linger = window_end + Duration::from_millis(90);
+    std::thread::sleep(mid_linger.saturating_duration_since(Instant::now()));
+    let open_then = connections(metrics);
     let st = lg.wait().unwrap();
+    let exited = Instant::now();
     assert!(st.success(), "{name}: load generator failed: {st}");
     let r = RunResult::from_json(std::fs::read_to_string(&json).unwrap().trim()).unwrap();
     eprintln!(
@@ -76,6 +90,14 @@ fn run_with_stall(dir: &Path, server: &Server, port: u16, rate: Option<f64>, nam
     );
     assert_eq!(r.errors + r.timeouts + r.connect_failures, 0, "{name}: errors");
     assert!(r.late_start_ms < 50.0, "{name}: started {} ms late; the stall missed its place", r.late_start_ms);
+    assert!(r.max_us >= 90_000, "{name}: max {} µs: the stall did not hit this run", r.max_us);
+    assert_eq!(open_then, CONNECTIONS as u64, "{name}: connections open 90 ms after the window");
+    let linger = (Duration::from_micros(r.max_us) * 2).min(Duration::from_secs(5));
+    assert!(
+        exited + Duration::from_millis(10) >= window_end + linger,
+        "{name}: exited {:?} after the window, before its linger of {linger:?}",
+        exited.saturating_duration_since(window_end)
+    );
     r
 }
 
@@ -90,10 +112,10 @@ fn open_loop_shows_a_100ms_stall_in_p99_that_closed_loop_hides() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let (server, port, _metrics) = start_server(&bin, dir.path());
+    let (server, port, metrics) = start_server(&bin, dir.path());
 
-    let open = run_with_stall(dir.path(), &server, port, Some(RATE), "open");
-    let closed = run_with_stall(dir.path(), &server, port, None, "closed");
+    let open = run_with_stall(dir.path(), &server, (port, metrics), Some(RATE), "open");
+    let closed = run_with_stall(dir.path(), &server, (port, metrics), None, "closed");
 
     // Open loop: ~1,000 appends due in the window, ~100 of them during the stall, waiting
     // 0..100 ms for it: the top 1% waited ≥ ~90 ms.
@@ -109,4 +131,22 @@ fn open_loop_shows_a_100ms_stall_in_p99_that_closed_loop_hides() {
         closed.p99_us,
         open.p99_us
     );
+}
+
+/// The server's open client connections (`corelog_connections`, all shards), from its
+/// metrics port.
+fn connections(metrics: u16) -> u64 {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", metrics)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").unwrap();
+    let mut body = String::new();
+    s.read_to_string(&mut body).unwrap();
+    let n: f64 = body
+        .lines()
+        .filter(|l| l.starts_with("corelog_connections{") || l.starts_with("corelog_connections "))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    assert!(body.contains("corelog_connections"), "no corelog_connections in:\n{body}");
+    n as u64
 }

@@ -328,8 +328,10 @@ fn a_retry_waiting_for_its_original_is_answered_before_the_appends_behind_it() {
             std::thread::sleep(Duration::from_millis(10));
         }
     };
-    wait_metric("corelog_appends_total", 0.0);
-    signal(&p.follower, libc::SIGSTOP); // nothing is committed while it is frozen
+    // The follower has accepted the leader's epoch (before that, appends are held,
+    // not written); then it is frozen: nothing is committed while it is.
+    wait_log(&p.leader, "accepted by the follower");
+    signal(&p.follower, libc::SIGSTOP);
     let id = ProducerSeq { id: 0xabc, seq: 0 };
     let mut f = Vec::new();
     codec::encode_append2(2, Some(id), None, b"original", &mut f);

@@ -6,7 +6,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use corelog_client::{Client, ErrorCode};
+use corelog_client::{Client, ErrorCode, Position};
 
 #[test]
 fn every_acked_write_is_on_both_disks_byte_identical() {
@@ -38,7 +38,7 @@ fn every_acked_write_is_on_both_disks_byte_identical() {
 #[test]
 fn follower_kill9_stops_acks_until_it_is_back_and_caught_up() {
     let dir = TempDir::new("repl-fkill");
-    let mut p = pair(&dir, None, &[]);
+    let mut p = pair(&dir, None, &["--ack-timeout-ms", "2000"]);
     p.follower.start();
     p.leader.start();
     let cfg = client_config(None);
@@ -46,21 +46,20 @@ fn follower_kill9_stops_acks_until_it_is_back_and_caught_up() {
     let acked = Acked::default();
     let loader = load_until(&rt, &p.leader.addr(), &cfg, "f", &acked, 2000);
     p.follower.kill9();
-    // Acks already released before the kill may still be in flight: let them land.
-    let settled = |a: &Acked| {
-        let n0 = a.lock().unwrap().len();
-        std::thread::sleep(Duration::from_millis(300));
-        (n0, a.lock().unwrap().len())
-    };
-    let (_, n_down) = settled(&acked);
-    let (n1, n2) = settled(&acked);
-    assert_eq!(n_down, n2, "no append is acknowledged while the follower is down ({n1} → {n2})");
+    // The follower's log as it died. An append is acknowledged only once the follower
+    // has it, so nothing at or past that end may be acknowledged while it is down (acks
+    // released before the kill may still land: they are below it). Each connection's
+    // append in flight fails with ReplicationTimeout (2 s) and ends its load: once all
+    // 20 have, no further ack can come.
+    let fend = log_ends(&p.follower.data);
+    assert_eq!(rt.block_on(loader).unwrap(), 20, "every connection ends on its timed-out append");
+    let late: Vec<Position> =
+        acked.lock().unwrap().keys().filter(|p| p.offset >= fend[p.shard as usize]).copied().collect();
+    assert!(late.is_empty(), "acknowledged past the stopped follower's end {fend:?}: {late:?}");
+    let n_down = acked.lock().unwrap().len();
     p.follower.start();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while acked.lock().unwrap().len() < n2 + 2000 {
-        assert!(Instant::now() < deadline, "acks did not resume");
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    // Acks resume once it is back (it catches up first).
+    let loader = load_until(&rt, &p.leader.addr(), &cfg, "g", &acked, n_down + 2000);
     p.leader.kill9();
     assert_eq!(rt.block_on(loader).unwrap(), 20);
     p.leader.start();
@@ -402,4 +401,20 @@ fn a_frozen_peer_is_detected_within_the_replication_timeout() {
     wait_caught_up(&p, Duration::from_secs(20));
     let shards = vec![rt.block_on(read_all(&p.follower.addr(), &cfg, 0))];
     verify_acked(&acked, &shards);
+}
+
+/// Each shard's log end (`next`) in a stopped node's data directory, by shard id.
+fn log_ends(data: &std::path::Path) -> Vec<u64> {
+    let (code, out) = inspect(data);
+    assert_eq!(code, 0, "inspect {}:\n{out}", data.display());
+    let ends: Vec<u64> = out
+        .lines()
+        .filter(|l| l.starts_with("shard ") && l.contains(" records "))
+        .map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            w[w.iter().position(|x| *x == "next").expect("a next field") + 1].parse().unwrap()
+        })
+        .collect();
+    assert_eq!(ends.len(), 2, "{out}");
+    ends
 }

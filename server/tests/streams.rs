@@ -120,6 +120,8 @@ fn racing_expected_versions_have_one_winner_each_and_survive_kill9_and_failover(
     check_stream(&rt, &addr, "order-43", &other);
     p.leader.kill9();
     p.leader.start();
+    // A restarted leader shows readers only what its follower confirmed again.
+    wait_caught_up(&p, Duration::from_secs(30));
     check_stream(&rt, &addr, "order-42", &wins);
     // The index was rebuilt from the log: versions go on from 150.
     let c = rt.block_on(Client::connect(&addr, &ClientConfig::insecure())).unwrap();

@@ -51,7 +51,8 @@ fn replaced_certificate_files_are_used_by_new_connections_without_a_restart() {
 
     copy_set(&new, &live, &["server"]);
     wait_reloads(&node, "ok", 1.0);
-    assert!(node.log_text().contains("TLS certificates reloaded (files changed)"), "{}", node.log_text());
+    // The counter moves just before the line is written.
+    wait_log(&node, "TLS certificates reloaded (files changed)");
     let after = connect(&new).expect("the new set after the rotation");
     rt.block_on(after.append(b"after")).unwrap();
     assert!(connect(&old).and_then(|c| rt.block_on(c.append(b"x"))).is_err(), "the old CA's client still accepted");
@@ -60,7 +61,7 @@ fn replaced_certificate_files_are_used_by_new_connections_without_a_restart() {
     // A key that does not match its certificate: refused, the new set stays in use.
     std::fs::copy(old.join("server.key"), live.join("server.key")).unwrap();
     wait_reloads(&node, "error", 1.0);
-    assert!(node.log_text().contains("TLS reload refused, keeping the previous certificates"));
+    wait_log(&node, "TLS reload refused, keeping the previous certificates");
     rt.block_on(connect(&new).unwrap().append(b"after a refused reload")).unwrap();
 
     // SIGHUP: an immediate reload attempt (the files are mended first), the node lives on.
