@@ -336,8 +336,12 @@ fn serve_config(a: ServeArgs) -> Result<ServeConfig, String> {
         (None, ..) => return Err("--repl-cert/--repl-key/--repl-ca cannot be combined with --insecure".into()),
         _ => return Err("--repl-cert, --repl-key and --repl-ca go together".into()),
     };
-    if !a.segment_bytes.is_multiple_of(4096) || a.segment_bytes < 4 * 1024 * 1024 {
-        return Err("--segment-bytes must be a multiple of 4096 and at least 4 MiB".into());
+    let max_segment = corelog_server::wal::batchindex::MAX_SEGMENT_BYTES;
+    if !a.segment_bytes.is_multiple_of(4096) || a.segment_bytes < 4 * 1024 * 1024 || a.segment_bytes > max_segment {
+        return Err(format!(
+            "--segment-bytes must be a multiple of 4096, at least 4 MiB and at most {} GiB",
+            max_segment >> 30
+        ));
     }
     let age = match a.retain_hours {
         None => None,

@@ -61,9 +61,10 @@ pub fn encode_into(h: &BatchHeader, records: &[u8], out: &mut [u8]) {
     out[end..].fill(0);
 }
 
-/// Parses and CRC-checks the batch at the front of `buf` (`buf` may extend past it).
-/// Returns `None` for anything that is not a whole valid batch.
-pub fn decode(buf: &[u8]) -> Option<BatchHeader> {
+/// Parses the header of the batch at the front of `buf` without checking its CRC (the
+/// live log's reads, whose records carry their own CRCs): `None` unless it is a batch
+/// header whose records lie within `buf`.
+pub fn header(buf: &[u8]) -> Option<BatchHeader> {
     if buf.len() < BATCH_HEADER_LEN || buf[0..4] != BATCH_MAGIC || buf[4] != BATCH_VERSION || buf[5..8] != [0, 0, 0] {
         return None;
     }
@@ -74,9 +75,14 @@ pub fn decode(buf: &[u8]) -> Option<BatchHeader> {
         epoch: u32::from_le_bytes(buf[24..28].try_into().unwrap()),
     };
     let end = BATCH_HEADER_LEN + h.records_len as usize;
-    if h.records_len as usize > MAX_BATCH_BYTES || buf.len() < end {
-        return None;
-    }
+    (h.records_len as usize <= MAX_BATCH_BYTES && buf.len() >= end).then_some(h)
+}
+
+/// Parses and CRC-checks the batch at the front of `buf` (`buf` may extend past it).
+/// Returns `None` for anything that is not a whole valid batch.
+pub fn decode(buf: &[u8]) -> Option<BatchHeader> {
+    let h = header(buf)?;
+    let end = BATCH_HEADER_LEN + h.records_len as usize;
     let crc = u32::from_le_bytes(buf[28..32].try_into().unwrap());
     let mut c = crc32fast::Hasher::new();
     c.update(&buf[0..28]);

@@ -13,9 +13,10 @@ use std::rc::Rc;
 use corelog_client::record;
 use glommio::io::{DmaFile, OpenOptions};
 
-use super::batch::{self, BatchHeader, BATCH_HEADER_LEN};
+use super::batch::{self, BatchHeader, BATCH_HEADER_LEN, BLOCK};
+use super::batchindex::{Loc, SegmentIndex, MAX_SEGMENT_BYTES};
 use super::prezero::ZeroAhead;
-use super::recovery::{segment_name, sync_dir, BatchLoc, ShardScan};
+use super::recovery::{segment_name, sync_dir, ShardScan};
 use crate::replica::handshake::History;
 
 /// Batches one `read_offsets` call reads at most (≤ 64 MiB with 1 MiB batches).
@@ -25,7 +26,7 @@ struct Segment {
     first_offset: u64,
     path: PathBuf,
     file: Rc<DmaFile>,
-    batches: Vec<BatchLoc>,
+    batches: SegmentIndex,
 }
 
 pub struct Log {
@@ -61,16 +62,17 @@ async fn open_rw(path: &Path) -> io::Result<DmaFile> {
 impl Log {
     /// Opens the log described by a (repaired) recovery scan.
     pub async fn open(dir: &Path, scan: &ShardScan, segment_bytes: u64) -> io::Result<Log> {
-        assert!(segment_bytes >= batch::span(batch::MAX_BATCH_BYTES) && segment_bytes.is_multiple_of(batch::BLOCK));
-        let mut segments = Vec::new();
+        assert!(segment_bytes >= batch::span(batch::MAX_BATCH_BYTES) && segment_bytes.is_multiple_of(BLOCK));
+        assert!(segment_bytes <= MAX_SEGMENT_BYTES, "--segment-bytes is checked at start");
+        let mut segments: Vec<Segment> = Vec::new();
         for s in &scan.segments {
+            let batches = SegmentIndex::from_scan(s)
+                .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", s.path.display())))?;
+            if let Some(prev) = segments.last_mut() {
+                prev.batches.seal();
+            }
             let file = Rc::new(open_rw(&s.path).await?);
-            segments.push(Segment {
-                first_offset: s.first_offset,
-                path: s.path.clone(),
-                file,
-                batches: s.batches.clone(),
-            });
+            segments.push(Segment { first_offset: s.first_offset, path: s.path.clone(), file, batches });
         }
         let write_pos = scan.segments.last().map(|s| s.end_pos()).unwrap_or(0);
         let log = Log {
@@ -166,12 +168,11 @@ impl Log {
         file.pre_allocate(self.segment_bytes, false).await.map_err(io::Error::from)?;
         file.fdatasync().await.map_err(io::Error::from)?;
         sync_dir(&self.dir).map_err(io::Error::other)?;
-        self.segments.borrow_mut().push(Segment {
-            first_offset: first,
-            path,
-            file: Rc::new(file),
-            batches: Vec::new(),
-        });
+        let mut segs = self.segments.borrow_mut();
+        if let Some(prev) = segs.last_mut() {
+            prev.batches.seal();
+        }
+        segs.push(Segment { first_offset: first, path, file: Rc::new(file), batches: SegmentIndex::default() });
         self.write_pos.set(0);
         Ok(())
     }
@@ -218,8 +219,13 @@ impl Log {
             return Err(io::Error::new(io::ErrorKind::WriteZero, format!("short write: {n} of {span} bytes")));
         }
         self.write_pos.set(pos + span);
-        let loc = BatchLoc { first_offset, count, pos, records_len: records.len() as u32 };
-        self.segments.borrow_mut().last_mut().expect("a segment").batches.push(loc);
+        {
+            let mut segs = self.segments.borrow_mut();
+            let s = segs.last_mut().expect("a segment");
+            // Fit in u32: offsets and blocks of a segment ≤ MAX_SEGMENT_BYTES.
+            let rel = (first_offset - s.first_offset) as u32;
+            s.batches.push(rel, (pos / BLOCK) as u32, count, (span / BLOCK) as u32);
+        }
         let mut epochs = self.epochs.borrow_mut();
         if epochs.last().map(|e| e.0) != Some(first_record_epoch) || first_record_epoch != last_record_epoch {
             for r in record::Records::new(records).flatten() {
@@ -233,13 +239,12 @@ impl Log {
     }
 
     /// Locates the batch holding `offset` (which must be below `next_offset()`).
-    fn locate(&self, offset: u64) -> Option<(Rc<DmaFile>, BatchLoc, usize, usize)> {
+    fn locate(&self, offset: u64) -> Option<(Rc<DmaFile>, Loc, usize, usize)> {
         let segs = self.segments.borrow();
         let si = segs.partition_point(|s| s.first_offset <= offset).checked_sub(1)?;
         let s = &segs[si];
-        let bi = s.batches.partition_point(|b| b.first_offset <= offset).checked_sub(1)?;
-        let b = s.batches[bi];
-        (offset < b.first_offset + b.count as u64).then(|| (s.file.clone(), b, si, bi))
+        let (b, bi) = s.batches.locate(s.first_offset, offset - s.first_offset)?;
+        Some((s.file.clone(), b, si, bi))
     }
 
     /// Reads records from `from`, up to `upto` (exclusive), about `max_bytes` (always at
@@ -319,20 +324,32 @@ impl Log {
         let Some((file, b, si, _)) = self.locate(at) else {
             return Ok(None);
         };
-        let len = BATCH_HEADER_LEN + b.records_len as usize;
-        let span = batch::span(b.records_len as usize) as usize;
+        let span = b.span as usize;
         let data = match file.read_at_aligned(b.pos, span).await.map_err(io::Error::from) {
             Ok(d) => Bytes::Polled(d),
             Err(e) if e.kind() == io::ErrorKind::Unsupported => Bytes::Plain(self.read_plain(si, b.pos, span, &e)?),
             Err(e) => return Err(io::Error::new(e.kind(), e.to_string())),
         };
-        if data.len() < len {
+        // The index keeps no records length: the header says it (each record's CRC is
+        // checked as it is decoded; the header must be the batch the index expects).
+        let h = batch::header(data.as_slice()).filter(|h| {
+            h.first_offset == b.first_offset && h.count == b.count && batch::span(h.records_len as usize) == b.span
+        });
+        let Some(h) = h else {
+            let path = self.segments.borrow()[si].path.clone();
             return Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                format!("short read of batch {}", b.first_offset),
+                io::ErrorKind::InvalidData,
+                format!(
+                    "{} byte {}: not the batch of offsets {}..{} the index expects ({} bytes read)",
+                    path.display(),
+                    b.pos,
+                    b.first_offset,
+                    b.first_offset + b.count as u64,
+                    data.len()
+                ),
             ));
-        }
-        Ok(Some(BatchBytes { data, records: BATCH_HEADER_LEN..len }))
+        };
+        Ok(Some(BatchBytes { data, records: BATCH_HEADER_LEN..BATCH_HEADER_LEN + h.records_len as usize }))
     }
 
     /// A read the poll ring refused with EOPNOTSUPP, done with a plain `pread` on a
@@ -416,7 +433,7 @@ impl Log {
             None => {
                 // Before the first batch: keep an empty first segment.
                 let f = self.segments.borrow()[0].file.clone();
-                let b = BatchLoc { first_offset: self.first_offset(), count: 0, pos: 0, records_len: 0 };
+                let b = Loc { first_offset: self.first_offset(), count: 0, pos: 0, span: 0 };
                 (f, b, 0, 0)
             }
         };
@@ -507,21 +524,21 @@ enum Bytes {
 }
 
 impl Bytes {
-    fn len(&self) -> usize {
+    fn as_slice(&self) -> &[u8] {
         match self {
-            Bytes::Polled(d) => d.len(),
-            Bytes::Plain(v) => v.len(),
+            Bytes::Polled(d) => d,
+            Bytes::Plain(v) => v,
         }
+    }
+
+    fn len(&self) -> usize {
+        self.as_slice().len()
     }
 }
 
 impl std::ops::Deref for BatchBytes {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
-        let all: &[u8] = match &self.data {
-            Bytes::Polled(d) => d,
-            Bytes::Plain(v) => v,
-        };
-        &all[self.records.clone()]
+        &self.data.as_slice()[self.records.clone()]
     }
 }

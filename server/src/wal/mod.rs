@@ -5,10 +5,12 @@
 //! - [`segread`]: positioned reads of a segment for the scan (errors, never SIGBUS).
 //! - [`damage`]: a torn write or damage to a possibly acknowledged batch?
 //! - [`log`]: the live log on glommio Direct I/O: append, read, truncate, roll-over.
+//! - [`batchindex`]: where each batch of a live segment lies (8 bytes per batch).
 //! - [`prezero`]: keeps the blocks in front of the writer written with zeros.
 //! - [`probe`]: refuse data dirs that do not honour O_DIRECT.
 
 pub mod batch;
+pub mod batchindex;
 pub mod damage;
 pub mod log;
 pub mod prezero;
