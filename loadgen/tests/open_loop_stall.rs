@@ -15,8 +15,12 @@
 //! window until twice the slowest answer has passed (here ≥ 180 ms, the stall being
 //! the slowest), so closing them cannot delay answers still in flight elsewhere.
 //!
+//! The timing claims are judged on a run only when the machine kept up with it (the
+//! scenario runs again, at most 3 times, when one did not hold: another job on the shared
+//! cores can starve a 1-second window); errors and a linger cut short fail at once.
+//!
 //! The server binary is found next to the load generator (target/<profile>/corelog); the
-//! test says why and passes without checking anything if it is not built.
+//! test says why and skips if it is not built (fails under CORELOG_NO_SKIP=1, as in CI).
 
 mod common;
 
@@ -37,7 +41,16 @@ const CONNECTIONS: usize = 8;
 const RATE: f64 = 1000.0;
 
 /// One run of the load generator with a 100 ms SIGSTOP of the server inside the window.
-fn run_with_stall(dir: &Path, server: &Server, ports: (u16, u16), rate: Option<f64>, name: &str) -> RunResult {
+/// Panics on what no machine load excuses (errors; connections closed before the linger
+/// was over, a process gone before it); `Err` when a timing claim did not hold this time
+/// (the caller runs the scenario again: these machines are shared and noisy).
+fn run_with_stall(
+    dir: &Path,
+    server: &Server,
+    ports: (u16, u16),
+    rate: Option<f64>,
+    name: &str,
+) -> Result<RunResult, String> {
     let (port, metrics) = ports;
     let certs = dir.join("certs");
     let json = dir.join(format!("{name}.json"));
@@ -65,9 +78,7 @@ fn run_with_stall(dir: &Path, server: &Server, ports: (u16, u16), rate: Option<f
     let mut lg = cmd.spawn().unwrap();
     // The injected fault: freeze the whole server process for STALL.
     let stall_at = start + Duration::from_millis(WARMUP_MS + STALL_AT_MS);
-    let now = Instant::now();
-    assert!(stall_at > now);
-    std::thread::sleep(stall_at - now);
+    std::thread::sleep(stall_at.saturating_duration_since(Instant::now()));
     let pid = server.0.id() as i32;
     // SAFETY: kill(2) on our own child process.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
@@ -77,8 +88,8 @@ fn run_with_stall(dir: &Path, server: &Server, ports: (u16, u16), rate: Option<f
     // Linger: 90 ms after the window's end every connection is still open (the slowest
     // answer took ≥ 90 ms, so they stay ≥ 180 ms); without it they close at once.
     let window_end = start + Duration::from_millis(WARMUP_MS + WINDOW_MS);
-    let mid_linger = window_end + Duration::from_millis(90);
-    std::thread::sleep(mid_linger.saturating_duration_since(Instant::now()));
+    std::thread::sleep((window_end + Duration::from_millis(90)).saturating_duration_since(Instant::now()));
+    let sampled = Instant::now();
     let open_then = connections(metrics);
     let st = lg.wait().unwrap();
     let exited = Instant::now();
@@ -89,16 +100,43 @@ fn run_with_stall(dir: &Path, server: &Server, ports: (u16, u16), rate: Option<f
         r.acked, r.window_s, r.p50_us, r.p99_us, r.p999_us, r.max_us, r.errors, r.timeouts, r.late_start_ms
     );
     assert_eq!(r.errors + r.timeouts + r.connect_failures, 0, "{name}: errors");
-    assert!(r.late_start_ms < 50.0, "{name}: started {} ms late; the stall missed its place", r.late_start_ms);
-    assert!(r.max_us >= 90_000, "{name}: max {} µs: the stall did not hit this run", r.max_us);
-    assert_eq!(open_then, CONNECTIONS as u64, "{name}: connections open 90 ms after the window");
+    if r.late_start_ms >= 50.0 {
+        return Err(format!("{name}: started {} ms late; the stall missed its place", r.late_start_ms));
+    }
+    if r.max_us < 90_000 {
+        return Err(format!("{name}: max {} µs: the stall did not hit this run", r.max_us));
+    }
     let linger = (Duration::from_micros(r.max_us) * 2).min(Duration::from_secs(5));
     assert!(
         exited + Duration::from_millis(10) >= window_end + linger,
         "{name}: exited {:?} after the window, before its linger of {linger:?}",
         exited.saturating_duration_since(window_end)
     );
-    r
+    let sampled_after = sampled.saturating_duration_since(window_end);
+    if sampled_after + Duration::from_millis(20) >= linger {
+        return Err(format!("{name}: connections counted {sampled_after:?} after the window, too late to judge"));
+    }
+    assert_eq!(open_then, CONNECTIONS as u64, "{name}: connections open {sampled_after:?} after the window");
+    Ok(r)
+}
+
+/// The scenario once: `Err` when a timing claim did not hold (see `run_with_stall`).
+fn attempt(dir: &Path, server: &Server, ports: (u16, u16)) -> Result<(), String> {
+    let open = run_with_stall(dir, server, ports, Some(RATE), "open")?;
+    let closed = run_with_stall(dir, server, ports, None, "closed")?;
+    let check = |ok: bool, why: String| if ok { Ok(()) } else { Err(why) };
+    // Open loop: ~1,000 appends due in the window, ~100 of them during the stall, waiting
+    // 0..100 ms for it: the top 1% waited ≥ ~90 ms.
+    let due = RATE * WINDOW_MS as f64 / 1000.0;
+    check(open.acked as f64 >= due * 0.9, format!("open loop kept its rate: {} of {due}", open.acked))?;
+    check(open.p99_us >= 80_000, format!("open-loop p99 {} µs must show the 100 ms stall", open.p99_us))?;
+    check(open.max_us >= 95_000, format!("open-loop max {} µs", open.max_us))?;
+    // Closed loop: the stall hit it too (max), but each connection lost only one sample.
+    check(closed.acked >= 100 * CONNECTIONS as u64, format!("closed loop too slow to judge p99 ({})", closed.acked))?;
+    check(
+        closed.p99_us < 50_000 && closed.p99_us * 2 < open.p99_us,
+        format!("closed-loop p99 {} µs should hide the stall (open-loop p99 {} µs)", closed.p99_us, open.p99_us),
+    )
 }
 
 #[test]
@@ -113,24 +151,18 @@ fn open_loop_shows_a_100ms_stall_in_p99_that_closed_loop_hides() {
     };
     let dir = tempfile::tempdir().unwrap();
     let (server, port, metrics) = start_server(&bin, dir.path());
-
-    let open = run_with_stall(dir.path(), &server, (port, metrics), Some(RATE), "open");
-    let closed = run_with_stall(dir.path(), &server, (port, metrics), None, "closed");
-
-    // Open loop: ~1,000 appends due in the window, ~100 of them during the stall, waiting
-    // 0..100 ms for it: the top 1% waited ≥ ~90 ms.
-    assert!(open.acked as f64 >= RATE * WINDOW_MS as f64 / 1000.0 * 0.9, "open loop kept its rate: {}", open.acked);
-    assert!(open.p99_us >= 80_000, "open-loop p99 {} µs must show the 100 ms stall", open.p99_us);
-    assert!(open.max_us >= 95_000, "open-loop max {} µs", open.max_us);
-    // Closed loop: the stall hit it too (max), but each connection lost only one sample.
-    assert!(closed.max_us >= 90_000, "closed-loop max {} µs: the stall must have hit this run", closed.max_us);
-    assert!(closed.acked >= 100 * CONNECTIONS as u64, "closed loop too slow to judge p99 ({} samples)", closed.acked);
-    assert!(
-        closed.p99_us < 50_000 && closed.p99_us * 2 < open.p99_us,
-        "closed-loop p99 {} µs should hide the stall (open-loop p99 {} µs)",
-        closed.p99_us,
-        open.p99_us
-    );
+    // A busy machine (another job on the shared cores) can starve one run; three tries.
+    let mut why = Vec::new();
+    for i in 1..=3 {
+        match attempt(dir.path(), &server, (port, metrics)) {
+            Ok(()) => return,
+            Err(e) => {
+                eprintln!("attempt {i}: {e}");
+                why.push(e);
+            }
+        }
+    }
+    panic!("the claim did not hold in 3 attempts: {why:?}");
 }
 
 /// The server's open client connections (`corelog_connections`, all shards), from its

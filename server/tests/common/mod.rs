@@ -39,19 +39,34 @@ fn bindable(p: u16) -> bool {
 }
 
 /// Finds 24 consecutive free ports (client + 8 direct, repl + 8, metrics), from a
-/// per-process start in 20,000..60,000 (wrapping), so parallel test binaries rarely meet.
+/// per-process start (wrapping), so parallel test binaries rarely meet. Below the
+/// kernel's ephemeral range (`ip_local_port_range`, 32768.. by default): a port found
+/// free is bound by a node only when it starts, sometimes many seconds later, and in
+/// between any outgoing connection of a parallel test could take an ephemeral port.
 pub fn ports() -> Ports {
-    const LO: u32 = 20_000;
-    const SPAN: u32 = 40_000;
-    let start = (std::process::id() % 400) * 100;
-    for _ in 0..SPAN / 24 {
+    let (lo, span) = port_range();
+    let start = (std::process::id() % (span / 100)) * 100;
+    for _ in 0..span / 24 {
         let n = NEXT_PORT.fetch_add(24, Ordering::SeqCst);
-        let base = (LO + (start + n) % (SPAN - 24)) as u16;
+        let base = (lo + (start + n) % (span - 24)) as u16;
         if (base..base + 24).all(bindable) {
             return Ports { client: base, repl: base + 10, metrics: base + 20 };
         }
     }
-    panic!("no 24 consecutive free ports in 20000..60000");
+    panic!("no 24 consecutive free ports in {lo}..{}", lo + span);
+}
+
+/// (first port, count) to pick test ports from: 10000 up to the ephemeral range's start
+/// when that leaves at least 5,000; else 20000..60000 as before.
+fn port_range() -> (u32, u32) {
+    const LO: u32 = 10_000;
+    let eph_lo = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u32>().ok());
+    match eph_lo {
+        Some(e) if e >= LO + 5_000 => (LO, e - LO),
+        _ => (20_000, 40_000),
+    }
 }
 
 /// `program` run under the command prefix `wrap` (e.g. `ip netns exec NS`), if any.
