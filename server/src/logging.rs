@@ -30,8 +30,12 @@ impl Log for Logger {
         if !self.enabled(r.metadata()) {
             return;
         }
+        let msg = r.args().to_string();
+        if r.target().starts_with("glommio") && msg.contains("probing iopoll support") {
+            return; // made to fail on purpose: wal::probe::disable_poll_ring
+        }
         let fmt = if self.json.load(Ordering::Relaxed) { Format::Json } else { Format::Text };
-        let line = line(SystemTime::now(), r.level(), &r.args().to_string(), fmt);
+        let line = line(SystemTime::now(), r.level(), &msg, fmt);
         // One write per line: lines of different threads do not interleave.
         let _ = std::io::stderr().lock().write_all(line.as_bytes());
     }

@@ -257,7 +257,7 @@ async fn start_shard(
     std::fs::create_dir_all(&dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
     let lock = control::lock_shard(&dir)?;
     std::mem::forget(lock); // held until the process exits
-    wal::probe::prime_iopoll_probe(&dir).await?;
+    wal::probe::disable_poll_ring(&dir).await?;
     // The boot scan also rebuilds the idempotent producers' table and the stream index,
     // from the index snapshot of the last trim if retention deleted old segments.
     let (mut index, first) = snapshot::apply(&dir, snapshot::plan(&dir)?, cfg.max_producers)?;
