@@ -69,16 +69,18 @@ fn probe_error(dir: &Path, e: &std::io::Error) -> String {
 
 /// glommio sends a Direct I/O file's reads and writes to its IOPOLL ring when a probe —
 /// a read at the first open of a file on the device, once per executor thread —
-/// succeeds. On a device without poll queues (virtio disks, most cloud volumes) it
-/// succeeds too, the kernel completing the request by interrupt; but an executor with
-/// I/O on that ring cannot sleep: it spins reaping it for as long as the write takes.
-/// Measured on the 2-vCPU dev machine, a 4 KiB O_DSYNC write in a loop: 206 µs of CPU per
-/// 155 µs write; on the vCPU that takes the disk's interrupts, 4 ms per write (the
-/// O_DSYNC completion worker waits for the spinning thread's next tick). So every shard
-/// opens a write-only file first: the probe's read fails (EBADF) and glommio marks the
-/// device non-pollable for this thread — I/O goes through the main ring and completes by
-/// interrupt while the executor sleeps (56 µs of CPU per write, same latency). glommio
-/// logs the failed probe as an error; `logging` drops that one line.
+/// succeeds. Where it succeeds on a device that completes by interrupt (the probe of an
+/// empty file; device-mapper volumes under Debian's kernel, as the VM storage test saw;
+/// kernels that drop the poll flag instead of refusing it), an executor with I/O on that
+/// ring cannot sleep: it spins reaping it for as long as the write takes. Measured with a
+/// glommio loop of 4 KiB O_DSYNC writes on the 2-vCPU dev machine: 206 µs of CPU per
+/// 155 µs write; on the vCPU that takes the disk's interrupts 4 ms per write (the O_DSYNC
+/// completion worker waits for the spinning thread's next tick); with the ring off 56–63
+/// µs of CPU per write at the same latency. So every shard opens a write-only file first:
+/// the probe's read fails (EBADF) and glommio marks the device non-pollable for this
+/// thread. (On that machine's virtio disk the probe of a real block is refused anyway,
+/// EOPNOTSUPP, so there it changes nothing.) glommio logs the failed probe as an error;
+/// `logging` drops that one line.
 pub async fn disable_poll_ring(dir: &Path) -> Result<(), String> {
     let p = dir.join(".iopoll-probe");
     let f = glommio::io::OpenOptions::new()
