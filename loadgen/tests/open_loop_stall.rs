@@ -168,12 +168,7 @@ fn open_loop_shows_a_100ms_stall_in_p99_that_closed_loop_hides() {
 /// The server's open client connections (`corelog_connections`, all shards), from its
 /// metrics port.
 fn connections(metrics: u16) -> u64 {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", metrics)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").unwrap();
-    let mut body = String::new();
-    s.read_to_string(&mut body).unwrap();
+    let body = corelog_server::quickstart::http_get(metrics, "/metrics").expect("GET /metrics");
     let n: f64 = body
         .lines()
         .filter(|l| l.starts_with("corelog_connections{") || l.starts_with("corelog_connections "))

@@ -124,7 +124,8 @@ impl SegmentIndex {
     }
 
     /// Bytes this index holds (its allocation).
-    pub fn heap_bytes(&self) -> usize {
+    #[cfg(test)]
+    fn heap_bytes(&self) -> usize {
         self.entries.capacity() * std::mem::size_of::<Entry>()
     }
 }
