@@ -1325,7 +1325,13 @@ impl LocalExecutor {
         loop {
             self.reactor.sys.install_eventfd();
             if self.need_preempt() {
-                break;
+                // corelog patch: a preemption pending before anything ran (a timer or a
+                // throughput preemption completed since the last poll) used to return
+                // `false` here with tasks still runnable, and the executor then parked
+                // with them queued until some other event woke it. Report runnable
+                // tasks as work: the executor polls I/O (which clears the preemption)
+                // and runs them instead of sleeping.
+                return ran || !self.queues.borrow().active_executors.is_empty();
             }
             if !self.run_one_task_queue() {
                 return false;
@@ -1333,7 +1339,6 @@ impl LocalExecutor {
                 ran = true;
             }
         }
-        ran
     }
 
     fn run_one_task_queue(&self) -> bool {

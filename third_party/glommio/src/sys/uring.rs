@@ -1232,6 +1232,10 @@ impl UringCommon for SleepableRing {
     }
 }
 
+/// An executor whose last sleep lasted this long or longer is taken as idle: it does
+/// not keep a preemption timer armed while it sleeps (corelog patch).
+const IDLE_SLEEP: Duration = Duration::from_millis(5);
+
 pub(crate) struct Reactor {
     // FIXME: it is starting to feel we should clean this up to a Inner pattern
     main_ring: RefCell<SleepableRing>,
@@ -1239,8 +1243,11 @@ pub(crate) struct Reactor {
     poll_ring: RefCell<PollRing>,
 
     latency_preemption_timeout_src: Cell<Option<Source>>,
-    /// When the armed `latency_preemption_timeout_src` expires (corelog patch).
-    latency_timer_deadline: Cell<Option<Instant>>,
+    /// When the armed `latency_preemption_timeout_src` expires, and whether it was armed
+    /// as a preemption timer (rather than for a user timer) (corelog patch).
+    latency_timer_deadline: Cell<Option<(Instant, bool)>>,
+    /// How long the executor's last sleep lasted (corelog patch).
+    last_sleep: Cell<Duration>,
     throughput_preemption_timeout_src: Cell<Option<Source>>,
     /// The poll that links the latency ring to the main ring while asleep, kept armed
     /// until it fires (corelog patch).
@@ -1376,6 +1383,7 @@ impl Reactor {
             poll_ring: RefCell::new(poll_ring),
             latency_preemption_timeout_src: Cell::new(None),
             latency_timer_deadline: Cell::new(None),
+            last_sleep: Cell::new(Duration::ZERO),
             throughput_preemption_timeout_src: Cell::new(None),
             link_rings_src: RefCell::new(None),
             blocking_thread,
@@ -1767,9 +1775,9 @@ impl Reactor {
         ring.sleep(link_rings).or_else(Self::busy_ok).map(|_| {})
     }
 
-    /// The armed latency-ring timer's expiry, if it has not fired yet; forgets a timer
-    /// that has fired (corelog patch).
-    fn latency_timer_pending(&self) -> Option<Instant> {
+    /// The armed latency-ring timer's expiry and kind (preemption or user timer), if it
+    /// has not fired yet; forgets a timer that has fired (corelog patch).
+    fn latency_timer_pending(&self) -> Option<(Instant, bool)> {
         match self.latency_preemption_timeout_src.take() {
             Some(src) if src.in_flight() => {
                 self.latency_preemption_timeout_src.set(Some(src));
@@ -1783,19 +1791,17 @@ impl Reactor {
     }
 
     /// Makes sure the latency ring flares no later than `d` from now: keeps an armed
-    /// timer that expires by then, else replaces it (corelog patch: upstream cancelled
-    /// and re-armed it on every turn of the executor loop). Returns whether a new
-    /// timer was queued.
-    fn arm_latency_timer(&self, lat_ring: &mut SleepableRing, d: Duration) -> bool {
+    /// timer that expires by then, else replaces it (dropping the armed one queues its
+    /// cancellation) (corelog patch: upstream cancelled and re-armed it on every turn
+    /// of the executor loop).
+    fn arm_latency_timer(&self, lat_ring: &mut SleepableRing, d: Duration, preempt: bool) {
         let want = Instant::now() + d;
-        if matches!(self.latency_timer_pending(), Some(at) if at <= want) {
-            return false;
+        if matches!(self.latency_timer_pending(), Some((at, _)) if at <= want) {
+            return;
         }
-        // Dropping the armed one (if any) queues its cancellation.
         self.latency_preemption_timeout_src
             .set(Some(lat_ring.prepare_latency_preemption_timer(d)));
-        self.latency_timer_deadline.set(Some(want));
-        true
+        self.latency_timer_deadline.set(Some((want, preempt)));
     }
 
     pub(crate) fn poll_io(&self, woke: &mut usize) -> io::Result<()> {
@@ -1876,12 +1882,34 @@ impl Reactor {
         // consume all events from the rings
         consume_rings!(into &mut woke; lat_ring, poll_ring, main_ring);
 
-        // corelog patch: the latency-ring timer is no longer cancelled here on every
-        // turn. An armed timer that expires no later than the next one wanted is kept
-        // (see arm_latency_timer); one left armed while asleep wakes the executor once,
-        // at most a preempt period later, instead of costing an ASYNC_CANCEL and a new
-        // TIMEOUT on every turn.
-        //
+        // corelog patch: upstream cancelled the latency-ring timer here on every turn
+        // and armed a new one (the preemption timer when not sleeping, the next user
+        // timer when sleeping) after deciding whether to sleep: an ASYNC_CANCEL and a
+        // TIMEOUT per turn. Now an armed timer that expires no later than the wake-up
+        // wanted is kept (arm_latency_timer). A preemption timer still armed when the
+        // executor goes to sleep is kept too while the executor is busy (its last sleep
+        // was short): it wakes the executor once, at most a preempt period later, where
+        // cancelling it on every sleep and arming a new one on every wake-up costs an
+        // ASYNC_CANCEL and a TIMEOUT each time. An executor that sleeps long cancels it,
+        // so an idle one is not woken by it. The timer is (re)armed before the
+        // cancellations are flushed, so their completions are consumed below, before
+        // deciding whether to sleep (an unconsumed completion on the latency ring makes
+        // need_preempt() true and would wake a sleeper through the ring link).
+        match preempt_timer() {
+            Some(preempt) => self.arm_latency_timer(&mut lat_ring, preempt, true),
+            None => {
+                if self.last_sleep.get() >= IDLE_SLEEP
+                    && matches!(self.latency_timer_pending(), Some((_, true)))
+                {
+                    drop(self.latency_preemption_timeout_src.take());
+                    self.latency_timer_deadline.set(None);
+                }
+                if let Some(dur) = user_timer {
+                    self.arm_latency_timer(&mut lat_ring, dur, false);
+                }
+            }
+        }
+
         // The throughput-based timeout (fires after ring-depth completions on the main
         // ring) is likewise re-armed only once it has fired: upstream replaced it on
         // every turn (a TIMEOUT, its linked eventfd WRITE and an ASYNC_CANCEL).
@@ -1914,12 +1942,8 @@ impl Reactor {
         if should_sleep {
             // We are about to go to sleep. It's ok to sleep, but if there
             // is a timer set, we need to make sure we wake up to handle it.
-            if let Some(dur) = user_timer {
-                if self.arm_latency_timer(&mut lat_ring, dur) {
-                    flush_cancellations!(into &mut 0; lat_ring);
-                    assert!(flush_rings!(lat_ring)? > 0);
-                }
-            }
+            // corelog patch: the timer for the next user timer, if any, was armed and
+            // submitted above.
             // From this moment on the remote executors are aware that we are sleeping
             // We have to sweep the remote channels function once more because since
             // last time until now it could be that something happened in a remote executor
@@ -1932,8 +1956,10 @@ impl Reactor {
             let events = process_remote_channels() + self.flush_syscall_thread();
             if events == 0 {
                 if self.eventfd_src.is_installed().unwrap() {
+                    let slept = Instant::now();
                     self.link_rings_and_sleep(&mut main_ring)
                         .expect("some error");
+                    self.last_sleep.set(slept.elapsed());
                     // May have new cancellations related to the link ring fd.
                     flush_cancellations!(into &mut 0; lat_ring, poll_ring, main_ring);
                     flush_rings!(lat_ring, poll_ring, main_ring)?;
@@ -1944,10 +1970,8 @@ impl Reactor {
             }
         }
 
-        if let Some(preempt) = preempt_timer() {
-            if self.arm_latency_timer(&mut lat_ring, preempt) {
-                flush_cancellations!(into &mut 0; lat_ring);
-            }
+        if preempt_timer().is_some() {
+            // corelog patch: the preemption timer was armed (or kept) above.
             flush_rings!(lat_ring, main_ring)?;
         }
 
