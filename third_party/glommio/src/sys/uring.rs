@@ -1955,7 +1955,11 @@ impl Reactor {
             membarrier::heavy();
             let events = process_remote_channels() + self.flush_syscall_thread();
             if events == 0 {
-                if self.eventfd_src.is_installed().unwrap() {
+                // corelog patch: the timer for the next user timer was armed before the
+                // completions above were consumed; a short one may already have fired
+                // and been consumed there. Then nothing would wake us: do not sleep.
+                let timer_armed = user_timer.is_none() || self.latency_timer_pending().is_some();
+                if timer_armed && self.eventfd_src.is_installed().unwrap() {
                     let slept = Instant::now();
                     self.link_rings_and_sleep(&mut main_ring)
                         .expect("some error");
