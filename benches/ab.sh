@@ -52,6 +52,9 @@ build() { # $1 = rev → prints the bin dir
 echo "building $OLD and $NEW (target/ab) ..."
 BIN_OLD=$(build "$OLD"); BIN_NEW=$(build "$NEW")
 W="$(mktemp -d -p "$AB" run.XXXX)"
+# A load generator that outlives its window by this much has hung: the run fails (exit 124)
+# instead of the A/B waiting forever (a runtime bug once made one sleep with timers due).
+LG_LIMIT=$((3 * D + 300))
 # Nodes are started inside $(run …) subshells: find them by their data dir under $W.
 cleanup() { pkill -9 -f -- "--data-dir $W/" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$W"; }
 trap cleanup EXIT
@@ -152,7 +155,7 @@ run() { # $1 = OLD|NEW, $2 = figure, $3 = round → prints "value [extra]"
         for i in 0 1 2 3; do
           mkfifo "$d.$i.in" "$d.$i.out"
           exec {fd}<>"$d.$i.in"; ins+=("$fd")
-          "$lg" run --target 127.0.0.1:24400 --connections "$conns" --duration "${D}s" --warmup 3s \
+          timeout "$LG_LIMIT" "$lg" run --target 127.0.0.1:24400 --connections "$conns" --duration "${D}s" --warmup 3s \
             --quiet --start-at stdin --json "$d.$i.json" --source-ip-base $((1 + 8 * i)) --cores 1 --first-cpu "$i" \
             "${cli_tls[@]}" <"$d.$i.in" >"$d.$i.out" 2>"$d.$i.lg" & lp+=($!)
         done
@@ -165,7 +168,7 @@ run() { # $1 = OLD|NEW, $2 = figure, $3 = round → prints "value [extra]"
         for fd in "${ins[@]}"; do echo "$at" >&"$fd"; exec {fd}>&-; done
         wait "${lp[@]}"
       else
-        "$lg" run --target 127.0.0.1:24400 --connections "$conns" --duration "${D}s" --quiet \
+        timeout "$LG_LIMIT" "$lg" run --target 127.0.0.1:24400 --connections "$conns" --duration "${D}s" --quiet \
           --json "$d.json" "${extra[@]}" "${cli_tls[@]}" >/dev/null 2>"$d.lg"
       fi
       c1=$(server_ticks)
@@ -191,7 +194,7 @@ EOF
       local rss0 rss=0 lp=() i r
       rss0=$(leader_rss_kib)
       for i in 0 1 2 3; do
-        "$lg" run --target 127.0.0.1:24400 --connections 9000 --rate 500 --duration "${D}s" --quiet \
+        timeout "$LG_LIMIT" "$lg" run --target 127.0.0.1:24400 --connections 9000 --rate 500 --duration "${D}s" --quiet \
           --json "$d.$i.json" --source-ip-base $((1 + 8 * i)) --cores 1 --first-cpu "$i" "${cli_tls[@]}" \
           >/dev/null 2>"$d.$i.lg" & lp+=($!)
       done
