@@ -20,6 +20,8 @@ use glommio::net::TcpStream;
 use glommio::{LocalExecutorBuilder, Placement};
 use hdrhistogram::Histogram;
 
+use crate::watchdog::Watchdog;
+
 /// Connections one executor opens concurrently (the server's accept backlog is 4096).
 const CONNECT_CONCURRENCY: usize = 256;
 /// Highest latency the histograms track (values above are clamped), in µs.
@@ -532,6 +534,7 @@ async fn drive(
     let mut intended = schedule.map(|s| s.1);
     let mut pick = (c.i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1; // round-robin index or xorshift state
     let mut backoff = Duration::from_millis(20);
+    let mut watchdog = Watchdog::new();
     loop {
         let now = Instant::now();
         if now >= measure_to {
@@ -585,13 +588,10 @@ async fn drive(
             bump(&local.unknown); // part of it may have left
             move_to = Some(c.alt + 1);
         } else {
-            let res = glommio::timer::timeout(cfg.timeout, async {
-                next(&mut c.r).await.map_err(|s| glommio::GlommioError::IoError(std::io::Error::other(s)))
-            })
-            .await;
+            let res = watchdog.within(Instant::now(), cfg.timeout, next(&mut c.r)).await;
             let done = Instant::now();
             match res {
-                Ok((codec::op::APPENDED | codec::op::APPENDED2, None)) => {
+                Some(Ok((codec::op::APPENDED | codec::op::APPENDED2, None))) => {
                     backoff = Duration::from_millis(20);
                     bump(&local.acked_total);
                     if t0 >= measure_from {
@@ -600,7 +600,7 @@ async fn drive(
                         bump(&local.acked);
                     }
                 }
-                Ok((_, Some((code, msg)))) => {
+                Some(Ok((_, Some((code, msg))))) => {
                     failed = true;
                     if t0 >= measure_from {
                         let mut e = local.errors.borrow_mut();
@@ -621,14 +621,14 @@ async fn drive(
                         move_to = Some(named.unwrap_or(c.alt + 1));
                     }
                 }
-                Err(glommio::GlommioError::TimedOut(_)) | Ok(_) => {
+                None | Some(Ok(_)) => {
                     bump(&local.timeouts);
                     if !cfg.failover {
                         return None;
                     }
                     move_to = Some(c.alt + 1);
                 }
-                Err(_) => {
+                Some(Err(_)) => {
                     // The connection broke before the answer.
                     if !cfg.failover {
                         bump(&local.timeouts);
