@@ -49,6 +49,9 @@ build() { # $1 = rev → prints the bin dir
   fi
   echo "$dir/bin"
 }
+for rev in "$OLD" "$NEW"; do # build() runs in $(…), where a failing rev-parse would not stop the script
+  git rev-parse -q --verify "$rev^{commit}" >/dev/null || { echo "ab.sh: no such revision: $rev" >&2; exit 2; }
+done
 echo "building $OLD and $NEW (target/ab) ..."
 BIN_OLD=$(build "$OLD"); BIN_NEW=$(build "$NEW")
 W="$(mktemp -d -p "$AB" run.XXXX)"
