@@ -83,6 +83,11 @@ def main():
         md.append(f"## {title}\n")
         md.append(body)
 
+    # The profiled run (not in the tables) wrote to the same logs.
+    pj = os.path.join(out, "profile.json")
+    if os.path.exists(pj):
+        acked_all += json.load(open(pj))["acked_total"]
+
     # Peer comparison.
     rows = {}
     for j in sorted(glob.glob(os.path.join(out, "cmp-*.json"))):
@@ -143,7 +148,7 @@ def main():
         ok = same and total_l == acked_all
         md.append("")
         md.append(
-            f"Acknowledged writes over all sweeps: {acked_all:,}; records in the leader's log: {total_l:,}; "
+            f"Acknowledged writes over all runs (the profiled one too): {acked_all:,}; records in the leader's log: {total_l:,}; "
             f"in the follower's log: {total_f:,}; digests {'equal' if same else 'DIFFERENT'} — "
             f"**{'cross-check passed' if ok else 'cross-check FAILED'}**.\n"
         )
