@@ -128,7 +128,12 @@ start_nodes() { # $1 bin, $2 dir, $3 pair|pair2|solo → sets LEADERS FOLLOWERS
     kill -0 "$p" 2>/dev/null || { echo "a node exited at start: $(tail -n 3 "$d".*.log)" >&2; exit 1; }
   done
 }
-stop_nodes() { kill -9 "${LEADERS[@]}" "${FOLLOWERS[@]}" 2>/dev/null || true; wait "${LEADERS[@]}" "${FOLLOWERS[@]}" 2>/dev/null || true; }
+# $1: the run's directory; its data directories go (each node preallocates its segments:
+# 84 runs of BIG=1 kept until the end filled a 62 GB disk), its logs and JSON stay.
+stop_nodes() {
+  kill -9 "${LEADERS[@]}" "${FOLLOWERS[@]}" 2>/dev/null || true; wait "${LEADERS[@]}" "${FOLLOWERS[@]}" 2>/dev/null || true
+  rm -rf "$1/l" "$1/f"
+}
 json() { python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print($2)" "$1"; }
 
 run() { # $1 = OLD|NEW, $2 = figure, $3 = round → prints "value [extra]"
@@ -175,7 +180,7 @@ run() { # $1 = OLD|NEW, $2 = figure, $3 = round → prints "value [extra]"
           --json "$d.json" "${extra[@]}" "${cli_tls[@]}" >/dev/null 2>"$d.lg"
       fi
       c1=$(server_ticks)
-      stop_nodes
+      stop_nodes "$d"
       case "$fig" in
         closed1k) json "$d.json" "'%.0f %d %d %d' % (r['acked']/r['window_s'], r['p50_us'], r['p99_us'], r['errors'])" ;;
         one_repl|one_solo) json "$d.json" "'%d %.0f %d' % (r['p50_us'], r['acked']/r['window_s'], r['errors'])" ;;
@@ -207,7 +212,7 @@ EOF
         sleep 0.5
       done
       wait "${lp[@]}"
-      stop_nodes
+      stop_nodes "$d"
       python3 - "$d" "$rss0" "$rss" <<'EOF'
 import json, glob, sys
 rs = [json.load(open(f)) for f in sorted(glob.glob(sys.argv[1] + ".*.json"))]
@@ -220,7 +225,7 @@ EOF
       t0=$(date +%s.%N); c0=$(server_ticks)
       sleep "$D"
       t1=$(date +%s.%N); c1=$(server_ticks)
-      stop_nodes
+      stop_nodes "$d"
       python3 -c "print('%.2f' % (($c1-$c0)/$hz/($t1-$t0)*100))" ;;
   esac
 }
