@@ -148,11 +148,17 @@ mod tests {
         }
     }
 
+    /// A waker that counts its wakes.
+    fn counting_waker() -> (Arc<Count>, Waker) {
+        let count = Arc::new(Count(AtomicUsize::new(0)));
+        let waker = Waker::from(count.clone());
+        (count, waker)
+    }
+
     #[test]
     fn a_wait_holds_one_slot_however_often_polled_or_dropped() {
         let ev = Event::default();
-        let count = Arc::new(Count(AtomicUsize::new(0)));
-        let waker = Waker::from(count.clone());
+        let (count, waker) = counting_waker();
         let mut cx = Context::from_waker(&waker);
         let mut w = Box::pin(ev.wait());
         for _ in 0..100_000 {
@@ -174,8 +180,7 @@ mod tests {
     #[test]
     fn notify_keeps_the_allocation_for_the_next_wait() {
         let ev = Event::default();
-        let count = Arc::new(Count(AtomicUsize::new(0)));
-        let waker = Waker::from(count.clone());
+        let (count, waker) = counting_waker();
         let mut cx = Context::from_waker(&waker);
         let mut w = Box::pin(ev.wait());
         assert!(w.as_mut().poll(&mut cx).is_pending());
