@@ -8,7 +8,6 @@
 //! - [`procstat`]: CPU seconds of a process from /proc/<pid>/stat.
 //! - [`scrape`]: the server's Prometheus counters used for the cross-check.
 //! - [`report`]: terminal table, Markdown, JSON and the SVG plot.
-//! - [`watchdog`]: the per-connection answer timeout (one timer per connection, not per append).
 
 pub mod merge;
 pub mod procstat;
@@ -18,7 +17,6 @@ pub mod run;
 pub mod scrape;
 pub mod svg;
 pub mod sweep;
-pub mod watchdog;
 
 use std::sync::OnceLock;
 

@@ -20,7 +20,7 @@ use glommio::net::TcpStream;
 use glommio::{LocalExecutorBuilder, Placement};
 use hdrhistogram::Histogram;
 
-use crate::watchdog::Watchdog;
+use corelog_server::watchdog::Watchdog;
 
 /// Connections one executor opens concurrently (the server's accept backlog is 4096).
 const CONNECT_CONCURRENCY: usize = 256;

@@ -5,7 +5,8 @@
 //! recovery), [`net`] (listeners, connections, TLS), [`replica`] (leader link, follower
 //! apply). Control plane: [`control`] (epochs, locks, promotion), [`node`] (start-up),
 //! [`coord`] (etcd: leases, terms, in-sync set; coordinator mode),
-//! plus [`certs`], [`inspect`], [`cli`], [`metrics`].
+//! plus [`certs`], [`inspect`], [`cli`], [`metrics`]; [`sync`] and [`watchdog`] are the
+//! executor-local wake-up and timeout primitives both planes (and the load generator) use.
 
 pub mod certs;
 pub mod cli;
@@ -29,6 +30,7 @@ pub mod snapshot;
 pub mod streams;
 pub mod sync;
 pub mod wal;
+pub mod watchdog;
 pub mod workload;
 
 /// Stops the process on an unrecoverable error (fsync/write failure, corruption found

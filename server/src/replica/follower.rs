@@ -19,6 +19,7 @@ use crate::net::tls_io::{self, Writer};
 use crate::shard::Shard;
 use crate::sync::deadline;
 use crate::wal::batch::{MAX_BATCH_BYTES, MAX_BATCH_RECORDS};
+use crate::watchdog::Watchdog;
 
 pub async fn accept_loop(shard: Rc<Shard>, listener: TcpListener, tls_cfg: tls::ServerTls, shard_dir: PathBuf) {
     let generation = Rc::new(Cell::new(0u64));
@@ -210,9 +211,11 @@ async fn apply(
     pinged: &Cell<bool>,
     floor: &Floor,
 ) -> Result<(), String> {
+    // One timer for the loop, not one per batch (see `watchdog`).
+    let mut silent = Watchdog::new();
     loop {
-        let silent = Instant::now() + shard.cfg.repl_timeout;
-        let f = deadline(silent, next_frame(rd, used))
+        let f = silent
+            .within(Instant::now(), shard.cfg.repl_timeout, next_frame(rd, used))
             .await
             .ok_or_else(|| format!("leader silent for {:?}: dropping the link", shard.cfg.repl_timeout))??;
         let Some(f) = f else { return Err("leader closed the link".into()) };

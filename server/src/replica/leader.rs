@@ -18,6 +18,7 @@ use crate::net::tls;
 use crate::net::tls_io::{self, Writer};
 use crate::shard::Shard;
 use crate::sync::deadline;
+use crate::watchdog::Watchdog;
 
 /// Bytes per catch-up read from the segments.
 const CATCH_UP_CHUNK: usize = 1024 * 1024;
@@ -178,11 +179,14 @@ async fn link_once(shard: &Rc<Shard>, cfg: &LinkConfig) -> Result<(), String> {
         glommio::spawn_local(async move {
             let mut used = used;
             let r: Result<(), String> = async {
+                // One timer for the loop, not one per ack (see `watchdog`).
+                let mut silent = Watchdog::new();
                 loop {
-                    let silent = Instant::now() + shard.cfg.repl_timeout;
-                    let f = deadline(silent, next_frame(&mut rd, &mut used)).await.ok_or_else(|| {
-                        format!("follower silent for {:?}: dropping the link", shard.cfg.repl_timeout)
-                    })??;
+                    let limit = shard.cfg.repl_timeout;
+                    let f = silent
+                        .within(Instant::now(), limit, next_frame(&mut rd, &mut used))
+                        .await
+                        .ok_or_else(|| format!("follower silent for {limit:?}: dropping the link"))??;
                     let f = f.ok_or("follower closed")?;
                     match parse(&f)? {
                         Repl::Ack { next_offset } => shard.follower_acked(next_offset),
@@ -211,6 +215,7 @@ async fn link_once(shard: &Rc<Shard>, cfg: &LinkConfig) -> Result<(), String> {
 async fn ship(shard: &Rc<Shard>, wr: &mut Writer, mut cursor: u64, dead: &Cell<bool>) -> Result<(), String> {
     let mut out = Vec::with_capacity(CATCH_UP_CHUNK + 64);
     let mut from_segments = false;
+    let mut idle = Watchdog::new();
     while !dead.get() {
         if shard.role() != Role::Leader {
             return Err("no longer leading".into());
@@ -242,8 +247,7 @@ async fn ship(shard: &Rc<Shard>, wr: &mut Writer, mut cursor: u64, dead: &Cell<b
         } else {
             // Idle: a Ping every fifth of the link timeout keeps the follower's Acks
             // (and so our view of its liveness) coming.
-            let ping_at = Instant::now() + shard.cfg.repl_timeout / 5;
-            if deadline(ping_at, shard.shipped_ev.wait()).await.is_some() {
+            if idle.within(Instant::now(), shard.cfg.repl_timeout / 5, shard.shipped_ev.wait()).await.is_some() {
                 continue;
             }
             Repl::Ping.encode(&mut out);

@@ -1,6 +1,9 @@
-//! A per-connection answer timeout that costs no timer registration per append.
+//! A timeout for a loop of waits (a connection's answers, a link's frames) that costs
+//! no timer registration per wait.
 //!
-//! `glommio::timer::timeout` around every append creates a timer, inserts it into the
+//! Used by the load generator (one per connection: the answer to each append) and by the
+//! replication link (one per loop: the follower's next ack, the leader's next batch, the
+//! idle ship loop's next shipment). `glommio::timer::timeout` around every append creates a timer, inserts it into the
 //! executor's timer map (a hash map and a B-tree of every pending timer: 9,000 of them at
 //! 9,000 connections per process) and removes it when the answer comes: at 9,000
 //! connections per load generator that was ≈ 5 % of its CPU (perf, benches/profile.sh:
