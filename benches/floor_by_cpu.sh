@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# One connection against the disk's floor, CPU by CPU.
+#
+#   bash benches/floor_by_cpu.sh [ROUNDS]      (BIN=target/release by default)
+#
+# A durable 4 KiB write costs a different time on each CPU when the disk's completion
+# interrupts all land on one CPU (a single-queue virtio disk: this machine kind's
+# `virtio1-req.0` is served by vCPU 1): a writer on another CPU is woken from there.
+# An unpinned fio migrates to the interrupt's CPU; a corelog shard is pinned to its CPU
+# and serves the connections whose SYN that CPU handled (SO_INCOMING_CPU: on loopback,
+# the client's CPU). So the floor a one-connection figure is compared with must be
+# measured on the CPU of the shard that served it. This script measures, alternating:
+#
+# - fio, 4 KiB O_DIRECT write + fdatasync (psync, QD1), and 4 KiB O_DIRECT|O_DSYNC
+#   writes through io_uring (corelog's own path), pinned to each CPU and unpinned;
+# - corelog, one connection, standalone and replicated (leader and follower, two shards
+#   each), the load generator pinned to each CPU (so the connection lands on that
+#   CPU's shard: checked against the shards' end offsets).
+#
+# It prints medians over the rounds, and each one-connection p50 over the same CPU's
+# fio floor (write + fdatasync p50s).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+R=${1:-3}
+BIN=${BIN:-target/release}
+for b in corelog corelog-loadgen; do
+  [ -x "$BIN/$b" ] || { echo "floor_by_cpu: $BIN/$b is not built (cargo build --release)" >&2; exit 2; }
+done
+command -v fio >/dev/null || { echo "floor_by_cpu: fio is not installed (apt-get install fio)" >&2; exit 2; }
+NCPU=$(nproc)
+W=$(mktemp -d -p "$PWD/target" floor.XXXX)
+PIDS=()
+cleanup() { [ ${#PIDS[@]} -eq 0 ] || kill -9 "${PIDS[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$W"; }
+trap cleanup EXIT
+
+irq=$(awk '/virtio.*req|nvme/ { best = 0; cpu = -1; for (i = 2; i <= NF && $i ~ /^[0-9]+$/; i++) if ($i > best) { best = $i; cpu = i - 2 } print cpu, $NF }' /proc/interrupts | head -n 3 | tr '\n' ';')
+echo "$(date -u +%FT%TZ), $NCPU CPUs, $R rounds; disk queue interrupts (busiest CPU, queue): ${irq:-none found}"
+
+fio_p50() { # $1 cpu ("" = unpinned), then fio engine args → prints the p50 sum in µs
+  fio --name=floor --filename="$W/fio" --rw=write --bs=4k --size=64m --direct=1 --iodepth=1 --runtime=4 \
+    --time_based --output-format=json ${1:+--cpus_allowed=$1} "${@:2}" 2>/dev/null >"$W/fio.json"
+  python3 - "$W/fio.json" <<'EOF'
+import json, sys
+j = json.load(open(sys.argv[1]))["jobs"][0]
+w = (j["write"].get("clat_ns") or j["write"]["lat_ns"]).get("percentile", {}).get("50.000000", 0)
+s = j.get("sync", {}).get("lat_ns", {}).get("percentile", {}).get("50.000000", 0)
+print(f"{(w + s) / 1000:.1f}")
+EOF
+}
+
+"$BIN/corelog" certs --out "$W/certs" >/dev/null
+tls() { echo "--cert $W/certs/$1.pem --key $W/certs/$1.key --client-ca $W/certs/ca.pem"; }
+healthy() { for _ in $(seq 1 300); do curl -sf "http://127.0.0.1:$1/health" >/dev/null && return 0; sleep 0.1; done; echo "no health on :$1" >&2; exit 1; }
+
+one_conn() { # $1 solo|repl, $2 cpu → appends "MODE CPU p50_us shard" to the rows
+  local mode=$1 cpu=$2 d="$W/run"
+  PIDS=()
+  if [ "$mode" = repl ]; then
+    # shellcheck disable=SC2046
+    "$BIN/corelog" serve --role follower --data-dir "$d/f" --listen 127.0.0.1:25400 --repl-listen 127.0.0.1:25500 \
+      --metrics-listen 127.0.0.1:25600 --leader-addr 127.0.0.1:24400 $(tls follower) >"$W/f.log" 2>&1 &
+    PIDS+=($!)
+    # shellcheck disable=SC2046
+    "$BIN/corelog" serve --role leader --data-dir "$d/l" --listen 127.0.0.1:24400 --repl-listen 127.0.0.1:24500 \
+      --metrics-listen 127.0.0.1:24600 --follower-addr 127.0.0.1:25500 $(tls server) >"$W/l.log" 2>&1 &
+    PIDS+=($!)
+    healthy 25600
+  else
+    # shellcheck disable=SC2046
+    "$BIN/corelog" serve --role standalone --data-dir "$d/l" --listen 127.0.0.1:24400 \
+      --metrics-listen 127.0.0.1:24600 $(tls server) >"$W/l.log" 2>&1 &
+    PIDS+=($!)
+  fi
+  healthy 24600
+  timeout 120 "$BIN/corelog-loadgen" run --target 127.0.0.1:24400 --connections 1 --duration 5s --warmup 1s --quiet \
+    --cores 1 --first-cpu "$cpu" --json "$W/lg.json" --ca "$W/certs/ca.pem" --cert "$W/certs/client.pem" \
+    --key "$W/certs/client.key" >"$W/lg.out" 2>&1 || { echo "load generator failed: $(tail -n 3 "$W/lg.out")" >&2; exit 1; }
+  local shard
+  shard=$(curl -sf http://127.0.0.1:24600/metrics | awk -F'"' '/^corelog_log_end_offset\{/ { split($3, v, " "); if (v[2] > 0) printf "%s", $2 }')
+  kill -9 "${PIDS[@]}"; wait "${PIDS[@]}" 2>/dev/null || true; PIDS=()
+  rm -rf "$d"
+  python3 -c "import json,sys; r=json.load(open(sys.argv[1])); assert r['errors'] == 0, r; print(sys.argv[2], sys.argv[3], r['p50_us'], sys.argv[4])" \
+    "$W/lg.json" "$mode" "$cpu" "${shard:-?}" >>"$W/rows"
+}
+
+: >"$W/rows"
+for ((r = 1; r <= R; r++)); do
+  for ((c = 0; c < NCPU; c++)); do
+    echo "fio_pair $c $(fio_p50 "$c" --ioengine=psync --fdatasync=1)" >>"$W/rows"
+    echo "fio_uring $c $(fio_p50 "$c" --ioengine=io_uring --sync=dsync)" >>"$W/rows"
+    one_conn solo "$c"
+    one_conn repl "$c"
+  done
+  echo "fio_pair any $(fio_p50 "" --ioengine=psync --fdatasync=1)" >>"$W/rows"
+  echo "fio_uring any $(fio_p50 "" --ioengine=io_uring --sync=dsync)" >>"$W/rows"
+  echo "round $r done" >&2
+done
+
+python3 - "$W/rows" <<'EOF'
+import statistics as st, sys
+rows = {}
+shards = {}
+for line in open(sys.argv[1]):
+    f = line.split()
+    rows.setdefault((f[0], f[1]), []).append(float(f[2]))
+    if len(f) > 3:
+        shards.setdefault((f[0], f[1]), set()).add(f[3])
+med = {k: st.median(v) for k, v in rows.items()}
+cpus = sorted({c for (_, c) in rows if c != "any"}, key=int) + ["any"]
+print(f"\n{'CPU':>4} {'fio write+fdatasync':>20} {'fio io_uring O_DSYNC':>21} {'solo p50':>9} {'/floor':>7} {'repl p50':>9} {'/floor':>7}  shard served")
+for c in cpus:
+    fl = med.get(("fio_pair", c))
+    cells = [f"{c:>4}", f"{fl:>17.1f} µs", f"{med[('fio_uring', c)]:>18.1f} µs"]
+    for m in ("solo", "repl"):
+        if (m, c) in med:
+            cells += [f"{med[(m, c)]:>6.0f} µs", f"{med[(m, c)] / fl:>6.2f}×"]
+        else:
+            cells += [f"{'-':>9}", f"{'-':>7}"]
+    sh = ",".join(sorted(shards.get(("solo", c), set()) | shards.get(("repl", c), set()))) or "-"
+    print(" ".join(cells) + f"  {sh}")
+print(f"\nmedians of {min(len(v) for v in rows.values())} runs each; /floor: over the same CPU's fio write+fdatasync; the 'any' row is fio unpinned (what benches/ab.sh measures)")
+EOF
