@@ -22,7 +22,11 @@
 # fdatasync at queue depth 1 in this data directory's filesystem (p50 latency and IOPS),
 # into a fresh file and then overwriting it; the one-connection p50s are also printed as
 # a multiple of the overwrite floor (the issue's target: ≤ 1.25 standalone, ≤ 1.4
-# replicated).
+# replicated). The overwrite is measured a second time pinned to CPU 0, where the
+# one-connection runs are served (the load generator pins its executor to CPU 0, and
+# a connection lands on the shard of the CPU that handled its SYN): on a disk whose
+# interrupts all land on one CPU the floor differs by CPU, and an unpinned fio moves to
+# the interrupt's CPU (benches/floor_by_cpu.sh measures every CPU).
 #
 # Usage: benches/ab.sh OLD_REV NEW_REV [SECONDS=10] [ROUNDS=3]
 #   env BIG=1 adds closed36k; FIGS="closed1k one_repl" picks figures; LOADGEN=new drives
@@ -71,17 +75,20 @@ if command -v fio >/dev/null; then
   # Twice on the same 64 MiB file: first into fresh (fallocated, unwritten) blocks, then
   # overwriting written ones — the lower, stricter floor, used for the one-connection
   # ratios (corelog writes into blocks it zeroed ahead of time).
-  for pass in fresh overwrite; do
+  for pass in fresh overwrite cpu0; do
+    pin=(); out="$W/floor_us"
+    [ "$pass" = cpu0 ] && { pin=(--cpus_allowed=0); out="$W/floor_cpu0_us"; }
     fio --name=floor --directory="$W" --rw=write --bs=4k --size=64m --direct=1 --fdatasync=1 \
-      --ioengine=psync --iodepth=1 --runtime=5 --time_based --output-format=json 2>/dev/null >"$W/fio-$pass.json"
-    python3 - "$W/fio-$pass.json" "$pass" "$W/floor_us" <<'EOF'
+      --ioengine=psync --iodepth=1 --runtime=5 --time_based --output-format=json "${pin[@]}" 2>/dev/null >"$W/fio-$pass.json"
+    python3 - "$W/fio-$pass.json" "$pass" "$out" <<'EOF'
 import json, sys
 j = json.load(open(sys.argv[1]))["jobs"][0]["write"]
 lat = j.get("clat_ns") or j.get("lat_ns")
 p50 = lat.get("percentile", {}).get("50.000000", lat["mean"]) / 1000
 sync = json.load(open(sys.argv[1]))["jobs"][0].get("sync", {}).get("lat_ns", {})
 s50 = sync.get("percentile", {}).get("50.000000", sync.get("mean", 0)) / 1000
-print(f"disk floor, {sys.argv[2]} file (fio 4 KiB O_DIRECT write + fdatasync, QD1): {j['iops']:.0f} IOPS, write p50 {p50:.0f} µs, fdatasync p50 {s50:.0f} µs, together ≈ {p50 + s50:.0f} µs")
+what = {"fresh": "fresh file", "overwrite": "overwrite", "cpu0": "overwrite pinned to CPU 0"}[sys.argv[2]]
+print(f"disk floor, {what} (fio 4 KiB O_DIRECT write + fdatasync, QD1): {j['iops']:.0f} IOPS, write p50 {p50:.0f} µs, fdatasync p50 {s50:.0f} µs, together ≈ {p50 + s50:.0f} µs")
 open(sys.argv[3], "w").write(f"{p50 + s50:.1f}")
 EOF
   done
@@ -247,7 +254,7 @@ echo "=== NEW/OLD ratios (median over rounds, [min, max]); lower is better for l
 for fig in $FIGS; do
   args=()
   for r in $(seq 1 "$R"); do args+=("${VALS["$fig,OLD,$r"]}" "${VALS["$fig,NEW,$r"]}"); done
-  FLOOR_FILE="$W/floor_us" python3 - "$fig" "${args[@]}" <<'EOF'
+  FLOOR_FILE="$W/floor_us" FLOOR_CPU0_FILE="$W/floor_cpu0_us" python3 - "$fig" "${args[@]}" <<'EOF'
 import os, statistics, sys
 fig, rest = sys.argv[1], sys.argv[2:]
 names = {"closed1k": ["acked/s", "p50 µs", "p99 µs", "errors"], "closed36k": ["acked/s", "p50 µs", "p99 µs", "errors"],
@@ -276,5 +283,10 @@ for k, name in enumerate(names):
         fl = float(open(floor).read())
         print(f"{fig:9s} {'p50 / disk floor':22s} OLD {statistics.median(olds) / fl:.2f}  NEW {statistics.median(news) / fl:.2f}"
               f"   (floor {fl:.0f} µs: fio overwrite, write + fdatasync p50)")
+        floor0 = os.environ.get("FLOOR_CPU0_FILE", "")
+        if os.path.exists(floor0):
+            f0 = float(open(floor0).read())
+            print(f"{fig:9s} {'p50 / CPU 0 floor':22s} OLD {statistics.median(olds) / f0:.2f}  NEW {statistics.median(news) / f0:.2f}"
+                  f"   (floor {f0:.0f} µs: the same fio pinned to CPU 0, where NEW serves the connection)")
 EOF
 done
