@@ -36,7 +36,9 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 OLD="${1:?usage: benches/ab.sh OLD_REV NEW_REV [SECONDS] [ROUNDS]}"; NEW="${2:?NEW_REV}"
 D="${3:-10}"; R="${4:-3}"
 FIGS="${FIGS:-closed1k one_repl one_solo open2k idle}"
-[ "${BIG:-0}" = 1 ] && FIGS="$FIGS closed36k mem36k"
+if [ "${BIG:-0}" = 1 ]; then # adds each once (FIGS="closed36k" BIG=1 ran and printed it twice)
+  for f in closed36k mem36k; do [[ " $FIGS " == *" $f "* ]] || FIGS="$FIGS $f"; done
+fi
 AB="$PWD/target/ab"; mkdir -p "$AB"
 export CARGO_TARGET_DIR="$AB/target"
 
