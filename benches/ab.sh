@@ -74,9 +74,10 @@ if ! command -v fio >/dev/null && [ "$(id -u)" = 0 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q fio >/dev/null 2>&1 || true
 fi
 if command -v fio >/dev/null; then
-  # Twice on the same 64 MiB file: first into fresh (fallocated, unwritten) blocks, then
-  # overwriting written ones — the lower, stricter floor, used for the one-connection
-  # ratios (corelog writes into blocks it zeroed ahead of time).
+  # Three times on the same 64 MiB file: first into fresh (fallocated, unwritten) blocks,
+  # then overwriting written ones — the lower, stricter floor, used for the one-connection
+  # ratios (corelog writes into blocks it zeroed ahead of time) — and that overwrite again
+  # pinned to CPU 0 (see the header).
   for pass in fresh overwrite cpu0; do
     pin=(); out="$W/floor_us"
     [ "$pass" = cpu0 ] && { pin=(--cpus_allowed=0); out="$W/floor_cpu0_us"; }

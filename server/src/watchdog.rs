@@ -3,11 +3,12 @@
 //!
 //! Used by the load generator (one per connection: the answer to each append) and by the
 //! replication link (one per loop: the follower's next ack, the leader's next batch, the
-//! idle ship loop's next shipment). `glommio::timer::timeout` around every append creates a timer, inserts it into the
-//! executor's timer map (a hash map and a B-tree of every pending timer: 9,000 of them at
-//! 9,000 connections per process) and removes it when the answer comes: at 9,000
-//! connections per load generator that was ≈ 5 % of its CPU (perf, benches/profile.sh:
-//! `drop_in_place<Timeout>` 4.4 % inclusive, the hash map's `remove_entry` 1.9 % self).
+//! idle ship loop's next shipment). `glommio::timer::timeout` around every append creates
+//! a timer, inserts it into the executor's timer map (a hash map and a B-tree of every
+//! pending timer: 9,000 of them at 9,000 connections per process) and removes it when the
+//! answer comes: at 9,000 connections per load generator that was ≈ 5 % of its CPU (perf,
+//! benches/profile.sh: `drop_in_place<Timeout>` 4.4 % inclusive, the hash map's
+//! `remove_entry` 1.9 % self).
 //!
 //! A [`Watchdog`] holds one timer per connection. It is armed for an append's deadline
 //! only when no armed timer is due at or before it (in a steady run: once per `limit`),
