@@ -27,6 +27,10 @@
 # a connection lands on the shard of the CPU that handled its SYN): on a disk whose
 # interrupts all land on one CPU the floor differs by CPU, and an unpinned fio moves to
 # the interrupt's CPU (benches/floor_by_cpu.sh measures every CPU).
+# With open2k, the CPU floor of a replicated append at that load is measured too, before
+# the rounds: benches/pair_floor.sh (a leader and follower without corelog — plain TCP,
+# blocking calls, the write through io_uring as corelog's, no TLS), 3 rounds; open2k's
+# server CPU per append is also printed as a multiple of it.
 #
 # Usage: benches/ab.sh OLD_REV NEW_REV [SECONDS=10] [ROUNDS=3]
 #   env BIG=1 adds closed36k; FIGS="closed1k one_repl" picks figures; LOADGEN=new drives
@@ -97,6 +101,14 @@ EOF
   done
 else
   echo "disk floor: fio not installed (apt-get install fio) — no floor this run"
+fi
+
+if [[ " $FIGS " == *" open2k "* ]]; then
+  # Built from this checkout (the floor is not a revision's code); its own rounds alternate
+  # nothing, so it runs once, before the A/B.
+  (unset CARGO_TARGET_DIR; cargo build --release -q -p corelog-benches --bin pair_floor) >&2
+  MODES=uring BIN="$PWD/target/release" bash benches/pair_floor.sh 3 | tee "$W/pair_floor.txt" | grep -v '^FLOOR'
+  awk '/^FLOOR/ {print $2}' "$W/pair_floor.txt" >"$W/pair_floor_us"
 fi
 
 "$BIN_NEW/corelog" certs --out "$W/certs" >/dev/null
@@ -257,7 +269,7 @@ echo "=== NEW/OLD ratios (median over rounds, [min, max]); lower is better for l
 for fig in $FIGS; do
   args=()
   for r in $(seq 1 "$R"); do args+=("${VALS["$fig,OLD,$r"]}" "${VALS["$fig,NEW,$r"]}"); done
-  FLOOR_FILE="$W/floor_us" FLOOR_CPU0_FILE="$W/floor_cpu0_us" python3 - "$fig" "${args[@]}" <<'EOF'
+  FLOOR_FILE="$W/floor_us" FLOOR_CPU0_FILE="$W/floor_cpu0_us" PAIR_FLOOR_FILE="$W/pair_floor_us" python3 - "$fig" "${args[@]}" <<'EOF'
 import os, statistics, sys
 fig, rest = sys.argv[1], sys.argv[2:]
 names = {"closed1k": ["acked/s", "p50 µs", "p99 µs", "errors"], "closed36k": ["acked/s", "p50 µs", "p99 µs", "errors"],
@@ -281,6 +293,11 @@ for k, name in enumerate(names):
         p50s = {side: statistics.median(statistics.mean(r[1] for r in runs(x)) for x in rest[i::2]) for i, side in enumerate(("OLD", "NEW"))}
         print(f"{fig:9s} {'p99 / p50':22s} OLD {statistics.median(olds) / p50s['OLD']:.2f}  NEW {statistics.median(news) / p50s['NEW']:.2f}"
               + ("   (36k: the highest p50 and p99 of the 4 load generators)" if fig == "closed36k" else ""))
+    pair = os.environ.get("PAIR_FLOOR_FILE", "")
+    if fig == "open2k" and name == "server CPU µs/append" and os.path.exists(pair) and open(pair).read().strip():
+        pf = float(open(pair).read())
+        print(f"{fig:9s} {'CPU / bare pair floor':22s} OLD {statistics.median(olds) / pf:.2f}  NEW {statistics.median(news) / pf:.2f}"
+              f"   (floor {pf:.1f} µs: benches/pair_floor.sh, the same work without corelog)")
     floor = os.environ.get("FLOOR_FILE", "")
     if fig.startswith("one_") and name == "p50 µs" and os.path.exists(floor):
         fl = float(open(floor).read())

@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# The CPU floor of a replicated append at moderate load on this machine, without corelog
+# (benches/src/bin/pair_floor.rs): leader and follower processes that do only what the
+# durability contract needs — plain TCP on loopback, blocking system calls, one 4 KiB
+# O_DIRECT|O_DSYNC write per batch on each — no TLS, checksums, metrics or runtime.
+# The write is made three ways: through an io_uring, the thread sleeping in io_uring_enter
+# ("uring": corelog's path — O_DSYNC's cache flush then runs in a kernel worker, not
+# charged to the process), with a blocking pwrite ("pwrite": the writer issues the flush
+# itself), and not at all ("none": the network and wake-up share).
+# Placed as corelog's open-loop figure places itself: two pairs, pair s (leader, follower
+# and its load) pinned to CPU s, as corelog pins shard s to CPU s in both processes; each
+# pair takes half of the rate over half of the connections (ab.sh's open2k: 2,000/s over
+# 100). Prints, per round, server CPU µs per acknowledged append (leader + follower, from
+# /proc, over the window) for each way, then medians; the last line is
+# "FLOOR <median> …", one per way in MODES' order.
+#
+# Usage: benches/pair_floor.sh [ROUNDS=3]
+#   env RATE=2000 CONNS=100 SECS=8 (window; 4 s of warm-up before it)
+#   env MODES="uring pwrite none" (which ways to write; the FLOOR line has one median each)
+#   env BIN=dir with pair_floor (default target/release, built here)
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+ROUNDS="${1:-3}"; RATE="${RATE:-2000}"; CONNS="${CONNS:-100}"; SECS="${SECS:-8}"
+if [ -z "${BIN:-}" ]; then
+  cargo build --release -q -p corelog-benches --bin pair_floor
+  BIN=target/release
+fi
+NCPU=2
+[ "$(nproc)" -ge 2 ] || { echo "pair_floor.sh: needs 2 CPUs (found $(nproc))" >&2; exit 1; }
+mkdir -p target
+W="$(mktemp -d -p "$PWD/target" pair_floor.XXXX)"
+PIDS=()
+cleanup() { kill "${PIDS[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$W"; }
+trap cleanup EXIT
+
+# $1 = uring|pwrite|none → prints "server_us_per_append switches_leader switches_follower p50_us"
+one() {
+  local s cl=()
+  PIDS=()
+  for ((s = 0; s < NCPU; s++)); do
+    local disk=(--engine "$1" --file "$W/f$s.dat") ldisk=(--engine "$1" --file "$W/l$s.dat")
+    [ "$1" = none ] && { disk=(--file none); ldisk=(--file none); }
+    taskset -c "$s" "$BIN/pair_floor" follower --listen "127.0.0.1:$((24711 + 10 * s))" "${disk[@]}" &
+    local f=$!
+    taskset -c "$s" "$BIN/pair_floor" leader --listen "127.0.0.1:$((24710 + 10 * s))" \
+      --follower "127.0.0.1:$((24711 + 10 * s))" "${ldisk[@]}" &
+    local l=$!
+    PIDS+=("$f" "$l")
+    taskset -c "$s" timeout 120 "$BIN/pair_floor" client --target "127.0.0.1:$((24710 + 10 * s))" \
+      --connections $((CONNS / NCPU)) --rate $((RATE / NCPU)) --warmup 4 --duration "$SECS" \
+      --leader-pid "$l" --follower-pid "$f" >"$W/c$s.out" 2>&1 &
+    cl+=($!)
+  done
+  local rc=0
+  wait "${cl[@]}" || rc=$?
+  kill "${PIDS[@]}" 2>/dev/null || true; wait "${PIDS[@]}" 2>/dev/null || true; PIDS=()
+  rm -f "$W"/*.dat
+  [ "$rc" = 0 ] || { echo "pair_floor.sh: a client failed: $(cat "$W"/c*.out)" >&2; exit 1; }
+  python3 - "$W"/c*.out <<'PY'
+import sys
+t = {}
+for f in sys.argv[1:]:
+    line = next(l for l in open(f) if l.startswith("totals "))
+    w = line.split()[1:]
+    for k, v in zip(w[::2], w[1::2]):
+        t.setdefault(k, []).append(float(v))
+n = sum(t["acked"])
+print("%.1f %.2f %.2f %.0f" % ((sum(t["leader_cpu_us"]) + sum(t["follower_cpu_us"])) / n,
+      sum(t["leader_switches"]) / n, sum(t["follower_switches"]) / n, max(t["p50_us"])))
+PY
+}
+
+echo "bare pair floor: $RATE appends/s over $CONNS connections, $NCPU pairs (pair s on CPU s), ${SECS}s windows, $ROUNDS rounds, $(date -u +%FT%TZ)"
+declare -A V
+for ((r = 1; r <= ROUNDS; r++)); do
+  for mode in ${MODES:-uring pwrite none}; do
+    read -r us ls fs p50 < <(one "$mode")
+    echo "round $r $mode: server CPU $us µs/append; context switches/append leader $ls follower $fs; p50 $p50 µs"
+    V[$mode]="${V[$mode]:-} $us"
+  done
+done
+med() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
+line="median server CPU µs/append:"; floor=FLOOR
+for mode in ${MODES:-uring pwrite none}; do
+  # shellcheck disable=SC2086 # word splitting of the value list is intended
+  m=$(med ${V[$mode]}); line="$line $mode $m"; floor="$floor $m"
+done
+echo "$line"
+echo "$floor"
