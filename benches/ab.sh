@@ -112,50 +112,17 @@ if [[ " $FIGS " == *" open2k "* ]]; then
 fi
 
 "$BIN_NEW/corelog" certs --out "$W/certs" >/dev/null
-tls() { echo "--cert $W/certs/$1.pem --key $W/certs/$1.key --client-ca $W/certs/ca.pem"; }
-cli_tls=(--ca "$W/certs/ca.pem" --cert "$W/certs/client.pem" --key "$W/certs/client.key")
-healthy() { for _ in $(seq 1 300); do curl -sf "http://127.0.0.1:$1/health" >/dev/null && return 0; sleep 0.1; done; echo "no health on :$1" >&2; return 1; }
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; } # utime + stime, clock ticks
-server_ticks() { local t=0 p; for p in "${LEADERS[@]}" "${FOLLOWERS[@]}"; do t=$((t + $(cpu_ticks "$p"))); done; echo "$t"; }
-leader_rss_kib() { local t=0 p; for p in "${LEADERS[@]}"; do t=$((t + $(awk '/VmRSS/{print $2}' "/proc/$p/status"))); done; echo "$t"; }
-start_nodes() { # $1 bin, $2 dir, $3 pair|pair2|solo → sets LEADERS FOLLOWERS
-  # pair2: each node as 2 processes (shard 0, shard 1), as 36,000 connections need
-  # (one process keeps at most open-file limit − 1,024 ≈ 19,000 client connections).
-  local b=$1 d=$2 s procs=0
-  LEADERS=(); FOLLOWERS=()
-  case "$3" in pair) procs=1 ;; pair2) procs=2 ;; esac
-  for ((s = 0; s < procs; s++)); do
-    local sh=(); [ "$procs" = 2 ] && sh=(--shard-count 2 --shards "$s")
-    # shellcheck disable=SC2046
-    "$b/corelog" serve --role follower --data-dir "$d/f" --listen 127.0.0.1:25400 --repl-listen 127.0.0.1:25500 \
-      --metrics-listen "127.0.0.1:$((25600 + s))" --leader-addr 127.0.0.1:24400 "${sh[@]}" $(tls follower) >"$d.f$s.log" 2>&1 &
-    FOLLOWERS+=($!)
-    # shellcheck disable=SC2046
-    "$b/corelog" serve --role leader --data-dir "$d/l" --listen 127.0.0.1:24400 --repl-listen 127.0.0.1:24500 \
-      --metrics-listen "127.0.0.1:$((24600 + s))" --follower-addr 127.0.0.1:25500 "${sh[@]}" $(tls server) >"$d.l$s.log" 2>&1 &
-    LEADERS+=($!)
-  done
-  if [ "$procs" = 0 ]; then
-    # shellcheck disable=SC2046
-    "$b/corelog" serve --role standalone --data-dir "$d/l" --listen 127.0.0.1:24400 \
-      --metrics-listen 127.0.0.1:24600 $(tls server) >"$d.l0.log" 2>&1 &
-    LEADERS+=($!)
-  fi
-  for ((s = 0; s < (procs > 0 ? procs : 1); s++)); do
-    healthy $((24600 + s))
-    [ "$procs" = 0 ] || healthy $((25600 + s))
-  done
-  # A node that failed to start while another answered on its ports would skew a figure.
-  for p in "${LEADERS[@]}" "${FOLLOWERS[@]}"; do
-    kill -0 "$p" 2>/dev/null || { echo "a node exited at start: $(tail -n 3 "$d".*.log)" >&2; exit 1; }
-  done
-}
+# shellcheck source=benches/lib.sh
+. benches/lib.sh
+read -ra cli_tls <<<"$(cl_client_tls "$W/certs")"
+server_ticks() { local t=0 p; for p in "${CL_LEADERS[@]}" "${CL_FOLLOWERS[@]}"; do t=$((t + $(cl_ticks "$p"))); done; echo "$t"; }
+leader_rss_kib() { local t=0 p; for p in "${CL_LEADERS[@]}"; do t=$((t + $(awk '/VmRSS/{print $2}' "/proc/$p/status"))); done; echo "$t"; }
+# $1 bin, $2 the run's directory, $3 pair|pair2|solo (benches/lib.sh's cl_start). It runs
+# inside $(run …), where bash turns errexit off: a failed start must exit by itself.
+start_nodes() { cl_start "$1" "$2" "$W/certs" "$3" || exit 1; }
 # $1: the run's directory; its data directories go (each node preallocates its segments:
 # 84 runs of BIG=1 kept until the end filled a 62 GB disk), its logs and JSON stay.
-stop_nodes() {
-  kill -9 "${LEADERS[@]}" "${FOLLOWERS[@]}" 2>/dev/null || true; wait "${LEADERS[@]}" "${FOLLOWERS[@]}" 2>/dev/null || true
-  rm -rf "$1/l" "$1/f"
-}
+stop_nodes() { cl_stop; rm -rf "$1/l" "$1/f"; }
 json() { python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print($2)" "$1"; }
 
 run() { # $1 = OLD|NEW, $2 = figure, $3 = round → prints "value [extra]"

@@ -29,8 +29,7 @@ done
 command -v fio >/dev/null || { echo "floor_by_cpu: fio is not installed (apt-get install fio)" >&2; exit 2; }
 NCPU=$(nproc)
 W=$(mktemp -d -p "$PWD/target" floor.XXXX)
-PIDS=()
-cleanup() { [ ${#PIDS[@]} -eq 0 ] || kill -9 "${PIDS[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$W"; }
+cleanup() { cl_stop; wait 2>/dev/null || true; rm -rf "$W"; }
 trap cleanup EXIT
 
 irq=$(awk '/virtio.*req|nvme/ { best = 0; cpu = -1; for (i = 2; i <= NF && $i ~ /^[0-9]+$/; i++) if ($i > best) { best = $i; cpu = i - 2 } print cpu, $NF }' /proc/interrupts | head -n 3 | tr '\n' ';')
@@ -49,36 +48,20 @@ EOF
 }
 
 "$BIN/corelog" certs --out "$W/certs" >/dev/null
-tls() { echo "--cert $W/certs/$1.pem --key $W/certs/$1.key --client-ca $W/certs/ca.pem"; }
-healthy() { for _ in $(seq 1 300); do curl -sf "http://127.0.0.1:$1/health" >/dev/null && return 0; sleep 0.1; done; echo "no health on :$1" >&2; exit 1; }
+# shellcheck source=benches/lib.sh
+. benches/lib.sh
+read -ra cli_tls <<<"$(cl_client_tls "$W/certs")"
 
 one_conn() { # $1 solo|repl, $2 cpu → appends "MODE CPU p50_us shard" to the rows
   local mode=$1 cpu=$2 d="$W/run"
-  PIDS=()
-  if [ "$mode" = repl ]; then
-    # shellcheck disable=SC2046
-    "$BIN/corelog" serve --role follower --data-dir "$d/f" --listen 127.0.0.1:25400 --repl-listen 127.0.0.1:25500 \
-      --metrics-listen 127.0.0.1:25600 --leader-addr 127.0.0.1:24400 $(tls follower) >"$W/f.log" 2>&1 &
-    PIDS+=($!)
-    # shellcheck disable=SC2046
-    "$BIN/corelog" serve --role leader --data-dir "$d/l" --listen 127.0.0.1:24400 --repl-listen 127.0.0.1:24500 \
-      --metrics-listen 127.0.0.1:24600 --follower-addr 127.0.0.1:25500 $(tls server) >"$W/l.log" 2>&1 &
-    PIDS+=($!)
-    healthy 25600
-  else
-    # shellcheck disable=SC2046
-    "$BIN/corelog" serve --role standalone --data-dir "$d/l" --listen 127.0.0.1:24400 \
-      --metrics-listen 127.0.0.1:24600 $(tls server) >"$W/l.log" 2>&1 &
-    PIDS+=($!)
-  fi
-  healthy 24600
+  local how=solo; [ "$mode" = repl ] && how=pair
+  cl_start "$BIN" "$d" "$W/certs" "$how" || exit 1
   timeout 120 "$BIN/corelog-loadgen" run --target 127.0.0.1:24400 --connections 1 --duration 5s --warmup 1s --quiet \
-    --cores 1 --first-cpu "$cpu" --json "$W/lg.json" --ca "$W/certs/ca.pem" --cert "$W/certs/client.pem" \
-    --key "$W/certs/client.key" >"$W/lg.out" 2>&1 || { echo "load generator failed: $(tail -n 3 "$W/lg.out")" >&2; exit 1; }
+    --cores 1 --first-cpu "$cpu" --json "$W/lg.json" "${cli_tls[@]}" >"$W/lg.out" 2>&1 || { echo "load generator failed: $(tail -n 3 "$W/lg.out")" >&2; exit 1; }
   local shard
   shard=$(curl -sf http://127.0.0.1:24600/metrics | awk -F'"' '/^corelog_log_end_offset\{/ { split($3, v, " "); if (v[2] > 0) printf "%s", $2 }')
-  kill -9 "${PIDS[@]}"; wait "${PIDS[@]}" 2>/dev/null || true; PIDS=()
-  rm -rf "$d"
+  cl_stop
+  rm -rf "$d" "$d".*.log
   python3 -c "import json,sys; r=json.load(open(sys.argv[1])); assert r['errors'] == 0, r; print(sys.argv[2], sys.argv[3], r['p50_us'], sys.argv[4])" \
     "$W/lg.json" "$mode" "$cpu" "${shard:-?}" >>"$W/rows"
 }

@@ -29,10 +29,9 @@ W="$(mktemp -d -p "$PWD/target" profile.XXXX)"
 cleanup() { pkill -9 -f -- "--data-dir $W/" 2>/dev/null || true; wait 2>/dev/null || true; [ -n "${KEEP:-}" ] || rm -rf "$W"; }
 trap cleanup EXIT
 "$BIN/corelog" certs --out "$W/certs" >/dev/null
-tls() { echo "--cert $W/certs/$1.pem --key $W/certs/$1.key --client-ca $W/certs/ca.pem"; }
-healthy() { for _ in $(seq 1 300); do curl -sf "http://127.0.0.1:$1/health" >/dev/null && return 0; sleep 0.1; done; echo "no health on :$1" >&2; return 1; }
-ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
-switches() { cat /proc/"$1"/task/*/status | awk '/ctxt_switches/{s += $2} END {print s}'; }
+# shellcheck source=benches/lib.sh
+. benches/lib.sh
+read -ra cli_tls <<<"$(cl_client_tls "$W/certs")"
 
 for level in $LEVELS; do
   d="$W/$level"; mkdir -p "$d"
@@ -43,21 +42,13 @@ for level in $LEVELS; do
     closed9k) lg=(--connections 9000) ;;
     *) echo "unknown level $level" >&2; exit 2 ;;
   esac
-  # shellcheck disable=SC2046
-  "$BIN/corelog" serve --role follower --data-dir "$d/f" --listen 127.0.0.1:25400 --repl-listen 127.0.0.1:25500 \
-    --metrics-listen 127.0.0.1:25600 --leader-addr 127.0.0.1:24400 $(tls follower) >"$d/f.log" 2>&1 &
-  F=$!
-  # shellcheck disable=SC2046
-  "$BIN/corelog" serve --role leader --data-dir "$d/l" --listen 127.0.0.1:24400 --repl-listen 127.0.0.1:24500 \
-    --metrics-listen 127.0.0.1:24600 --follower-addr 127.0.0.1:25500 $(tls server) >"$d/l.log" 2>&1 &
-  L=$!
-  healthy 25600; healthy 24600
+  cl_start "$BIN" "$d" "$W/certs" pair
+  L=${CL_LEADERS[0]}; F=${CL_FOLLOWERS[0]}
   "$BIN/corelog-loadgen" run --target 127.0.0.1:24400 "${lg[@]}" --duration "$((SECS + 6))s" --quiet \
-    --json "$d/lg.json" --ca "$W/certs/ca.pem" --cert "$W/certs/client.pem" --key "$W/certs/client.key" \
-    >/dev/null 2>"$d/lg.err" &
+    --json "$d/lg.json" "${cli_tls[@]}" >/dev/null 2>"$d/lg.err" &
   G=$!
   sleep 4 # connected and warmed up (the load generator's own warm-up is 1 s)
-  c0=("$(ticks "$L")" "$(ticks "$F")" "$(ticks "$G")" "$(switches "$L")" "$(switches "$F")")
+  c0=("$(cl_ticks "$L")" "$(cl_ticks "$F")" "$(cl_ticks "$G")" "$(cl_switches "$L")" "$(cl_switches "$F")")
   a0=$(curl -s http://127.0.0.1:24600/metrics | awk '/^corelog_appends_total/{s += $2} END {print s + 0}')
   t0=$(date +%s.%N)
   pp=()
@@ -71,10 +62,10 @@ for level in $LEVELS; do
   kill -INT "${pp[@]}"
   wait "${pp[@]}" || true
   t1=$(date +%s.%N)
-  c1=("$(ticks "$L")" "$(ticks "$F")" "$(ticks "$G")" "$(switches "$L")" "$(switches "$F")")
+  c1=("$(cl_ticks "$L")" "$(cl_ticks "$F")" "$(cl_ticks "$G")" "$(cl_switches "$L")" "$(cl_switches "$F")")
   a1=$(curl -s http://127.0.0.1:24600/metrics | awk '/^corelog_appends_total/{s += $2} END {print s + 0}')
   wait "$G" || true
-  kill -9 "$L" "$F" 2>/dev/null || true; wait "$L" "$F" 2>/dev/null || true
+  cl_stop
   for who in leader follower loadgen; do
     perf script -i "$d/$who.data" 2>/dev/null | inferno-collapse-perf | sed "s/^/$who;/"
   done >"$d/flame.folded"

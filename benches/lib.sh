@@ -1,0 +1,69 @@
+# shellcheck shell=bash
+# Sourced by the bench scripts (ab.sh, floor_by_cpu.sh, profile.sh): starting a local
+# pair or a standalone node and reading its costs, written once.
+#
+# Ports: leader client 24400, replication 24500, metrics 24600 (+ s for process s);
+# follower 25400, 25500, 25600 (+ s). Nodes log to <data dir>.{l,f}<s>.log.
+
+CL_LEADERS=(); CL_FOLLOWERS=()
+
+# Server TLS flags of `corelog serve`: $1 certs dir (from `corelog certs`), $2 server|follower.
+cl_tls() { echo "--cert $1/$2.pem --key $1/$2.key --client-ca $1/ca.pem"; }
+# Client TLS flags of corelog-loadgen: $1 certs dir.
+cl_client_tls() { echo "--ca $1/ca.pem --cert $1/client.pem --key $1/client.key"; }
+# Waits up to 30 s for 127.0.0.1:$1/health to answer.
+cl_healthy() {
+  local _
+  for _ in $(seq 1 300); do curl -sf "http://127.0.0.1:$1/health" >/dev/null && return 0; sleep 0.1; done
+  echo "no health on :$1" >&2; return 1
+}
+# utime + stime of a process, in clock ticks.
+cl_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+# Voluntary + involuntary context switches over all threads of a process.
+cl_switches() { cat /proc/"$1"/task/*/status | awk '/ctxt_switches/{s += $2} END {print s}'; }
+
+# Starts nodes and waits until they answer: $1 bin dir, $2 data dir (the leader's is
+# $2/l, the follower's $2/f), $3 certs dir, $4 mode: pair (leader + follower), pair2 (each
+# node as 2 processes, one per shard: one process keeps at most open-file limit − 1,024
+# ≈ 19,000 client connections), solo (one standalone node). Sets CL_LEADERS and
+# CL_FOLLOWERS (pids). Fails if a node exited while another answered on its ports.
+cl_start() {
+  local b=$1 d=$2 c=$3 s procs=0
+  CL_LEADERS=(); CL_FOLLOWERS=()
+  case "$4" in pair) procs=1 ;; pair2) procs=2 ;; solo) ;; *) echo "cl_start: mode $4?" >&2; return 2 ;; esac
+  for ((s = 0; s < procs; s++)); do
+    local sh=(); [ "$procs" = 2 ] && sh=(--shard-count 2 --shards "$s")
+    # shellcheck disable=SC2046 # the TLS flags are meant to split
+    "$b/corelog" serve --role follower --data-dir "$d/f" --listen 127.0.0.1:25400 --repl-listen 127.0.0.1:25500 \
+      --metrics-listen "127.0.0.1:$((25600 + s))" --leader-addr 127.0.0.1:24400 "${sh[@]}" $(cl_tls "$c" follower) \
+      >"$d.f$s.log" 2>&1 &
+    CL_FOLLOWERS+=($!)
+    # shellcheck disable=SC2046
+    "$b/corelog" serve --role leader --data-dir "$d/l" --listen 127.0.0.1:24400 --repl-listen 127.0.0.1:24500 \
+      --metrics-listen "127.0.0.1:$((24600 + s))" --follower-addr 127.0.0.1:25500 "${sh[@]}" $(cl_tls "$c" server) \
+      >"$d.l$s.log" 2>&1 &
+    CL_LEADERS+=($!)
+  done
+  if [ "$procs" = 0 ]; then
+    # shellcheck disable=SC2046
+    "$b/corelog" serve --role standalone --data-dir "$d/l" --listen 127.0.0.1:24400 \
+      --metrics-listen 127.0.0.1:24600 $(cl_tls "$c" server) >"$d.l0.log" 2>&1 &
+    CL_LEADERS+=($!)
+  fi
+  for ((s = 0; s < (procs > 0 ? procs : 1); s++)); do
+    cl_healthy $((24600 + s)) || return 1
+    [ "$procs" = 0 ] || cl_healthy $((25600 + s)) || return 1
+  done
+  local p
+  for p in "${CL_LEADERS[@]}" "${CL_FOLLOWERS[@]}"; do
+    kill -0 "$p" 2>/dev/null || { echo "a node exited at start: $(tail -n 3 "$d".*.log)" >&2; return 1; }
+  done
+}
+
+# Stops what cl_start started (kill -9) and waits for it.
+cl_stop() {
+  [ $((${#CL_LEADERS[@]} + ${#CL_FOLLOWERS[@]})) -gt 0 ] || return 0
+  kill -9 "${CL_LEADERS[@]}" "${CL_FOLLOWERS[@]}" 2>/dev/null || true
+  wait "${CL_LEADERS[@]}" "${CL_FOLLOWERS[@]}" 2>/dev/null || true
+  CL_LEADERS=(); CL_FOLLOWERS=()
+}
