@@ -73,6 +73,9 @@ cleanup() { pkill -9 -f -- "--data-dir $W/" 2>/dev/null || true; wait 2>/dev/nul
 trap cleanup EXIT
 echo "OLD $(git rev-parse --short "$OLD") NEW $(git rev-parse --short "$NEW"), $(nproc) CPUs, $(date -u +%FT%TZ), ${D}s per run, $R rounds, figures: $FIGS, load generator: ${LOADGEN:-own}"
 
+# shellcheck source=benches/lib.sh
+. benches/lib.sh
+
 # ---- the disk's floor
 if ! command -v fio >/dev/null && [ "$(id -u)" = 0 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q fio >/dev/null 2>&1 || true
@@ -83,21 +86,13 @@ if command -v fio >/dev/null; then
   # ratios (corelog writes into blocks it zeroed ahead of time) — and that overwrite again
   # pinned to CPU 0 (see the header).
   for pass in fresh overwrite cpu0; do
-    pin=(); out="$W/floor_us"
-    [ "$pass" = cpu0 ] && { pin=(--cpus_allowed=0); out="$W/floor_cpu0_us"; }
-    fio --name=floor --directory="$W" --rw=write --bs=4k --size=64m --direct=1 --fdatasync=1 \
-      --ioengine=psync --iodepth=1 --runtime=5 --time_based --output-format=json "${pin[@]}" 2>/dev/null >"$W/fio-$pass.json"
-    python3 - "$W/fio-$pass.json" "$pass" "$out" <<'EOF'
-import json, sys
-j = json.load(open(sys.argv[1]))["jobs"][0]["write"]
-lat = j.get("clat_ns") or j.get("lat_ns")
-p50 = lat.get("percentile", {}).get("50.000000", lat["mean"]) / 1000
-sync = json.load(open(sys.argv[1]))["jobs"][0].get("sync", {}).get("lat_ns", {})
-s50 = sync.get("percentile", {}).get("50.000000", sync.get("mean", 0)) / 1000
-what = {"fresh": "fresh file", "overwrite": "overwrite", "cpu0": "overwrite pinned to CPU 0"}[sys.argv[2]]
-print(f"disk floor, {what} (fio 4 KiB O_DIRECT write + fdatasync, QD1): {j['iops']:.0f} IOPS, write p50 {p50:.0f} µs, fdatasync p50 {s50:.0f} µs, together ≈ {p50 + s50:.0f} µs")
-open(sys.argv[3], "w").write(f"{p50 + s50:.1f}")
-EOF
+    cpu=""; out="$W/floor_us"; what="overwrite"
+    case "$pass" in fresh) what="fresh file" ;; cpu0) cpu=0; out="$W/floor_cpu0_us"; what="overwrite pinned to CPU 0" ;; esac
+    read -r fw fs iops < <(cl_fio "$cpu" "$W" 5 --ioengine=psync --fdatasync=1)
+    [ -n "${fs:-}" ] || { echo "disk floor: fio failed (pass $pass)" >&2; exit 1; }
+    awk -v w="$fw" -v s="$fs" -v i="$iops" -v what="$what" 'BEGIN {
+      printf "disk floor, %s (fio 4 KiB O_DIRECT write + fdatasync, QD1): %d IOPS, write p50 %.0f µs, fdatasync p50 %.0f µs, together ≈ %.0f µs\n", what, i, w, s, w + s }'
+    awk -v w="$fw" -v s="$fs" 'BEGIN { printf "%.1f", w + s }' >"$out"
   done
 else
   echo "disk floor: fio not installed (apt-get install fio) — no floor this run"
@@ -112,8 +107,6 @@ if [[ " $FIGS " == *" open2k "* ]]; then
 fi
 
 "$BIN_NEW/corelog" certs --out "$W/certs" >/dev/null
-# shellcheck source=benches/lib.sh
-. benches/lib.sh
 read -ra cli_tls <<<"$(cl_client_tls "$W/certs")"
 server_ticks() { local t=0 p; for p in "${CL_LEADERS[@]}" "${CL_FOLLOWERS[@]}"; do t=$((t + $(cl_ticks "$p"))); done; echo "$t"; }
 leader_rss_kib() { local t=0 p; for p in "${CL_LEADERS[@]}"; do t=$((t + $(awk '/VmRSS/{print $2}' "/proc/$p/status"))); done; echo "$t"; }

@@ -27,6 +27,8 @@ for b in corelog corelog-loadgen; do
   [ -x "$BIN/$b" ] || { echo "floor_by_cpu: $BIN/$b is not built (cargo build --release)" >&2; exit 2; }
 done
 command -v fio >/dev/null || { echo "floor_by_cpu: fio is not installed (apt-get install fio)" >&2; exit 2; }
+# shellcheck source=benches/lib.sh
+. benches/lib.sh
 NCPU=$(nproc)
 W=$(mktemp -d -p "$PWD/target" floor.XXXX)
 cleanup() { cl_stop; wait 2>/dev/null || true; rm -rf "$W"; }
@@ -35,21 +37,10 @@ trap cleanup EXIT
 irq=$(awk '/virtio.*req|nvme/ { best = 0; cpu = -1; for (i = 2; i <= NF && $i ~ /^[0-9]+$/; i++) if ($i > best) { best = $i; cpu = i - 2 } print cpu, $NF }' /proc/interrupts | head -n 3 | tr '\n' ';')
 echo "$(date -u +%FT%TZ), $NCPU CPUs, $R rounds; disk queue interrupts (busiest CPU, queue): ${irq:-none found}"
 
-fio_p50() { # $1 cpu ("" = unpinned), then fio engine args → prints the p50 sum in µs
-  fio --name=floor --filename="$W/fio" --rw=write --bs=4k --size=64m --direct=1 --iodepth=1 --runtime=4 \
-    --time_based --output-format=json ${1:+--cpus_allowed=$1} "${@:2}" 2>/dev/null >"$W/fio.json"
-  python3 - "$W/fio.json" <<'EOF'
-import json, sys
-j = json.load(open(sys.argv[1]))["jobs"][0]
-w = (j["write"].get("clat_ns") or j["write"]["lat_ns"]).get("percentile", {}).get("50.000000", 0)
-s = j.get("sync", {}).get("lat_ns", {}).get("percentile", {}).get("50.000000", 0)
-print(f"{(w + s) / 1000:.1f}")
-EOF
-}
+# $1 cpu ("" = unpinned), then fio engine args → prints the write + sync p50s in µs.
+fio_p50() { cl_fio "$1" "$W" 4 "${@:2}" | awk '{ printf "%.1f\n", $1 + $2 }'; }
 
 "$BIN/corelog" certs --out "$W/certs" >/dev/null
-# shellcheck source=benches/lib.sh
-. benches/lib.sh
 read -ra cli_tls <<<"$(cl_client_tls "$W/certs")"
 
 one_conn() { # $1 solo|repl, $2 cpu → appends "MODE CPU p50_us shard" to the rows

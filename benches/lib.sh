@@ -22,6 +22,25 @@ cl_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 # Voluntary + involuntary context switches over all threads of a process.
 cl_switches() { cat /proc/"$1"/task/*/status | awk '/ctxt_switches/{s += $2} END {print s}'; }
 
+# fio, 4 KiB O_DIRECT writes at queue depth 1 into the 64 MiB file $2/fio for $3 seconds,
+# pinned to CPU $1 ("" = unpinned); the remaining arguments pick the engine and the sync
+# (e.g. --ioengine=psync --fdatasync=1). Prints "write_p50_us sync_p50_us iops" (sync 0
+# when there is no separate sync call; a mean where fio gave no percentile).
+cl_fio() {
+  local cpu=$1 dir=$2 secs=$3; shift 3
+  fio --name=floor --filename="$dir/fio" --rw=write --bs=4k --size=64m --direct=1 --iodepth=1 --runtime="$secs" \
+    --time_based --output-format=json ${cpu:+--cpus_allowed=$cpu} "$@" 2>/dev/null >"$dir/fio.json"
+  python3 - "$dir/fio.json" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))["jobs"][0]
+lat = j["write"].get("clat_ns") or j["write"]["lat_ns"]
+w = lat.get("percentile", {}).get("50.000000", lat["mean"]) / 1000
+sync = j.get("sync", {}).get("lat_ns", {})
+s = sync.get("percentile", {}).get("50.000000", sync.get("mean", 0)) / 1000
+print(f"{w:.1f} {s:.1f} {j['write']['iops']:.0f}")
+PY
+}
+
 # Starts nodes and waits until they answer: $1 bin dir, $2 data dir (the leader's is
 # $2/l, the follower's $2/f), $3 certs dir, $4 mode: pair (leader + follower), pair2 (each
 # node as 2 processes, one per shard: one process keeps at most open-file limit − 1,024

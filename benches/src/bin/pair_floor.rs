@@ -25,6 +25,8 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::time::{Duration, Instant};
 
+use corelog_loadgen::procstat::cpu_seconds;
+
 const BLOCK: usize = 4096;
 const FILE_BLOCKS: u64 = 4096; // 16 MiB ring of blocks, zeroed before the run (overwrites)
 const REQ: usize = 100; // the load generator's default payload
@@ -356,19 +358,17 @@ fn connect(addr: &str) -> io::Result<TcpStream> {
     }
 }
 
-/// utime + stime (clock ticks) and voluntary + involuntary context switches of a process.
-fn proc_cost(pid: u32) -> io::Result<(u64, u64)> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    let after = &stat[stat.rfind(')').unwrap() + 2..];
-    let f: Vec<&str> = after.split(' ').collect();
-    let ticks = f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap(); // fields 14, 15
+/// CPU seconds (utime + stime, `corelog_loadgen::procstat`) and voluntary + involuntary
+/// context switches of a process.
+fn proc_cost(pid: u32) -> io::Result<(f64, u64)> {
+    let cpu = cpu_seconds(pid).ok_or_else(|| io::Error::other(format!("/proc/{pid}/stat unreadable")))?;
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
     let cs = status
         .lines()
         .filter(|l| l.contains("ctxt_switches"))
         .map(|l| l.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap())
         .sum();
-    Ok((ticks, cs))
+    Ok((cpu, cs))
 }
 
 fn client(target: &str, conns: usize, rate: f64, warmup: f64, duration: f64, pids: [u32; 2]) -> io::Result<()> {
@@ -440,15 +440,14 @@ fn client(target: &str, conns: usize, rate: f64, warmup: f64, duration: f64, pid
     }
     let ((l0, lc0), (f0, fc0), _) = at_w0.expect("the window started");
     let ((l1, lc1), (f1, fc1)) = (proc_cost(pids[0])?, proc_cost(pids[1])?);
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    let per = |t0: u64, t1: u64| (t1 - t0) as f64 / hz * 1e6 / acked.max(1) as f64;
+    let per = |t0: f64, t1: f64| (t1 - t0) * 1e6 / acked.max(1) as f64;
     lat.sort_unstable();
     let p = |q: f64| lat.get(((lat.len() as f64 * q) as usize).min(lat.len().saturating_sub(1))).copied().unwrap_or(0);
     // The line benches/pair_floor.sh sums over pairs, then the one for people.
     println!(
         "totals acked {acked} leader_cpu_us {:.0} follower_cpu_us {:.0} leader_switches {} follower_switches {} p50_us {}",
-        (l1 - l0) as f64 / hz * 1e6,
-        (f1 - f0) as f64 / hz * 1e6,
+        (l1 - l0) * 1e6,
+        (f1 - f0) * 1e6,
         lc1 - lc0,
         fc1 - fc0,
         p(0.5)
