@@ -30,7 +30,9 @@
 # With open2k, the CPU floor of a replicated append at that load is measured too, before
 # the rounds: benches/pair_floor.sh (a leader and follower without corelog — plain TCP,
 # blocking calls, the write through io_uring as corelog's, no TLS), 3 rounds; open2k's
-# server CPU per append is also printed as a multiple of it.
+# server CPU per append is also printed as a multiple of it. With one_repl, the same pair's
+# one-connection latency is measured too (PAIRS=1 CONNS=1 RATE=0: one pair and its client
+# on CPU 0, closed loop, as one_repl places corelog), and one_repl's p50 is printed over it.
 #
 # Usage: benches/ab.sh OLD_REV NEW_REV [SECONDS=10] [ROUNDS=3]
 #   env BIG=1 adds closed36k; FIGS="closed1k one_repl" picks figures; LOADGEN=new drives
@@ -102,8 +104,14 @@ if [[ " $FIGS " == *" open2k "* ]]; then
   # Built from this checkout (the floor is not a revision's code); its own rounds alternate
   # nothing, so it runs once, before the A/B.
   (unset CARGO_TARGET_DIR; cargo build --release -q -p corelog-benches --bin pair_floor) >&2
-  MODES=uring BIN="$PWD/target/release" bash benches/pair_floor.sh 3 | tee "$W/pair_floor.txt" | grep -v '^FLOOR'
+  MODES=uring BIN="$PWD/target/release" bash benches/pair_floor.sh 3 | tee "$W/pair_floor.txt" | grep -v '^FLOOR\|^P50'
   awk '/^FLOOR/ {print $2}' "$W/pair_floor.txt" >"$W/pair_floor_us"
+fi
+if [[ " $FIGS " == *" one_repl "* ]]; then
+  (unset CARGO_TARGET_DIR; cargo build --release -q -p corelog-benches --bin pair_floor) >&2
+  PAIRS=1 CONNS=1 RATE=0 MODES=uring BIN="$PWD/target/release" bash benches/pair_floor.sh 3 |
+    tee "$W/pair_one.txt" | grep -v '^FLOOR\|^P50'
+  awk '/^P50/ {print $2}' "$W/pair_one.txt" >"$W/pair_one_p50"
 fi
 
 "$BIN_NEW/corelog" certs --out "$W/certs" >/dev/null
@@ -229,7 +237,7 @@ echo "=== NEW/OLD ratios (median over rounds, [min, max]); lower is better for l
 for fig in $FIGS; do
   args=()
   for r in $(seq 1 "$R"); do args+=("${VALS["$fig,OLD,$r"]}" "${VALS["$fig,NEW,$r"]}"); done
-  FLOOR_FILE="$W/floor_us" FLOOR_CPU0_FILE="$W/floor_cpu0_us" PAIR_FLOOR_FILE="$W/pair_floor_us" python3 - "$fig" "${args[@]}" <<'EOF'
+  FLOOR_FILE="$W/floor_us" FLOOR_CPU0_FILE="$W/floor_cpu0_us" PAIR_FLOOR_FILE="$W/pair_floor_us" PAIR_ONE_FILE="$W/pair_one_p50" python3 - "$fig" "${args[@]}" <<'EOF'
 import os, statistics, sys
 fig, rest = sys.argv[1], sys.argv[2:]
 names = {"closed1k": ["acked/s", "p50 µs", "p99 µs", "errors"], "closed36k": ["acked/s", "p50 µs", "p99 µs", "errors"],
@@ -258,6 +266,11 @@ for k, name in enumerate(names):
         pf = float(open(pair).read())
         print(f"{fig:9s} {'CPU / bare pair floor':22s} OLD {statistics.median(olds) / pf:.2f}  NEW {statistics.median(news) / pf:.2f}"
               f"   (floor {pf:.1f} µs: benches/pair_floor.sh, the same work without corelog)")
+    one = os.environ.get("PAIR_ONE_FILE", "")
+    if fig == "one_repl" and name == "p50 µs" and os.path.exists(one) and open(one).read().strip():
+        po = float(open(one).read())
+        print(f"{fig:9s} {'p50 / bare pair p50':22s} OLD {statistics.median(olds) / po:.2f}  NEW {statistics.median(news) / po:.2f}"
+              f"   (bare pair {po:.0f} µs: benches/pair_floor.sh, one connection on CPU 0 without corelog)")
     floor = os.environ.get("FLOOR_FILE", "")
     if fig.startswith("one_") and name == "p50 µs" and os.path.exists(floor):
         fl = float(open(floor).read())

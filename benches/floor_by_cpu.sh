@@ -15,15 +15,18 @@
 #   writes through io_uring (corelog's own path), pinned to each CPU and unpinned;
 # - corelog, one connection, standalone and replicated (leader and follower, two shards
 #   each), the load generator pinned to each CPU (so the connection lands on that
-#   CPU's shard: checked against the shards' end offsets).
+#   CPU's shard: checked against the shards' end offsets);
+# - the same replicated connection without corelog (benches/pair_floor.sh, PAIRS=1
+#   CONNS=1 RATE=0: a bare leader, follower and client on that CPU, plain TCP, the
+#   writes through io_uring as corelog's, no TLS or runtime).
 #
-# It prints medians over the rounds, and each one-connection p50 over the same CPU's
-# fio floor (write + fdatasync p50s).
+# It prints medians over the rounds, each one-connection p50 over the same CPU's fio
+# floor (write + fdatasync p50s), and corelog's replicated p50 over the bare pair's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 R=${1:-3}
 BIN=${BIN:-target/release}
-for b in corelog corelog-loadgen; do
+for b in corelog corelog-loadgen pair_floor; do
   [ -x "$BIN/$b" ] || { echo "floor_by_cpu: $BIN/$b is not built (cargo build --release)" >&2; exit 2; }
 done
 command -v fio >/dev/null || { echo "floor_by_cpu: fio is not installed (apt-get install fio)" >&2; exit 2; }
@@ -64,6 +67,9 @@ for ((r = 1; r <= R; r++)); do
     echo "fio_uring $c $(fio_p50 "$c" --ioengine=io_uring --sync=dsync)" >>"$W/rows"
     one_conn solo "$c"
     one_conn repl "$c"
+    PAIRS=1 CONNS=1 RATE=0 SECS=5 FIRST_CPU="$c" MODES=uring BIN="$BIN" bash benches/pair_floor.sh 1 >"$W/bare.out" ||
+      { echo "pair_floor failed: $(tail -n 3 "$W/bare.out")" >&2; exit 1; }
+    echo "bare $c $(awk '/^P50/ {print $2}' "$W/bare.out")" >>"$W/rows"
   done
   echo "fio_pair any $(fio_p50 "" --ioengine=psync --fdatasync=1)" >>"$W/rows"
   echo "fio_uring any $(fio_p50 "" --ioengine=io_uring --sync=dsync)" >>"$W/rows"
@@ -81,16 +87,19 @@ for line in open(sys.argv[1]):
         shards.setdefault((f[0], f[1]), set()).add(f[3])
 med = {k: st.median(v) for k, v in rows.items()}
 cpus = sorted({c for (_, c) in rows if c != "any"}, key=int) + ["any"]
-print(f"\n{'CPU':>4} {'fio write+fdatasync':>20} {'fio io_uring O_DSYNC':>21} {'solo p50':>9} {'/floor':>7} {'repl p50':>9} {'/floor':>7}  shard served")
+print(f"\n{'CPU':>4} {'fio write+fdatasync':>20} {'fio io_uring O_DSYNC':>21} {'solo p50':>9} {'/floor':>7} {'repl p50':>9} {'/floor':>7}"
+      f" {'bare p50':>9} {'/floor':>7} {'repl/bare':>9}  shard served")
 for c in cpus:
     fl = med.get(("fio_pair", c))
     cells = [f"{c:>4}", f"{fl:>17.1f} µs", f"{med[('fio_uring', c)]:>18.1f} µs"]
-    for m in ("solo", "repl"):
+    for m in ("solo", "repl", "bare"):
         if (m, c) in med:
             cells += [f"{med[(m, c)]:>6.0f} µs", f"{med[(m, c)] / fl:>6.2f}×"]
         else:
             cells += [f"{'-':>9}", f"{'-':>7}"]
+    cells.append(f"{med[('repl', c)] / med[('bare', c)]:>8.2f}×" if ("bare", c) in med else f"{'-':>9}")
     sh = ",".join(sorted(shards.get(("solo", c), set()) | shards.get(("repl", c), set()))) or "-"
     print(" ".join(cells) + f"  {sh}")
-print(f"\nmedians of {min(len(v) for v in rows.values())} runs each; /floor: over the same CPU's fio write+fdatasync; the 'any' row is fio unpinned (what benches/ab.sh measures)")
+print(f"\nmedians of {min(len(v) for v in rows.values())} runs each; /floor: over the same CPU's fio write+fdatasync; the 'any' row is fio unpinned (what benches/ab.sh measures);"
+      "\nbare: a replicated connection without corelog on that CPU (benches/pair_floor.sh PAIRS=1 CONNS=1 RATE=0)")
 EOF

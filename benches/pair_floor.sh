@@ -11,11 +11,17 @@
 # and its load) pinned to CPU s, as corelog pins shard s to CPU s in both processes; each
 # pair takes half of the rate over half of the connections (ab.sh's open2k: 2,000/s over
 # 100). Prints, per round, server CPU µs per acknowledged append (leader + follower, from
-# /proc, over the window) for each way, then medians; the last line is
-# "FLOOR <median> …", one per way in MODES' order.
+# /proc, over the window) and the client's p50 latency for each way, then medians; the
+# last two lines are "P50 <median µs> …" and "FLOOR <median CPU µs> …", one per way in
+# MODES' order.
+# PAIRS=1 CONNS=1 RATE=0 is ab.sh's one-connection replicated figure without corelog: one
+# pair and its client on CPU 0 (where corelog's shard 0, which serves the connection, and
+# the load generator's one executor run), closed loop (RATE=0: the next request goes as
+# soon as the answer came).
 #
 # Usage: benches/pair_floor.sh [ROUNDS=3]
-#   env RATE=2000 CONNS=100 SECS=8 (window; 4 s of warm-up before it)
+#   env RATE=2000 (0: closed loop) CONNS=100 PAIRS=2 SECS=8 (window; 4 s of warm-up before it)
+#   env FIRST_CPU=0 (pair s on CPU (FIRST_CPU + s) mod ncpu)
 #   env MODES="uring pwrite none" (which ways to write; the FLOOR line has one median each)
 #   env BIN=dir with pair_floor (default target/release, built here)
 set -euo pipefail
@@ -25,8 +31,9 @@ if [ -z "${BIN:-}" ]; then
   cargo build --release -q -p corelog-benches --bin pair_floor
   BIN=target/release
 fi
-NCPU=2
-[ "$(nproc)" -ge 2 ] || { echo "pair_floor.sh: needs 2 CPUs (found $(nproc))" >&2; exit 1; }
+PAIRS="${PAIRS:-2}"; FIRST_CPU="${FIRST_CPU:-0}"
+if [ "$PAIRS" -lt 1 ] || [ "$CONNS" -lt "$PAIRS" ]; then echo "pair_floor.sh: PAIRS=$PAIRS, CONNS=$CONNS?" >&2; exit 1; fi
+[ "$(nproc)" -ge "$PAIRS" ] || { echo "pair_floor.sh: $PAIRS pairs need $PAIRS CPUs (found $(nproc))" >&2; exit 1; }
 mkdir -p target
 W="$(mktemp -d -p "$PWD/target" pair_floor.XXXX)"
 PIDS=()
@@ -37,17 +44,17 @@ trap cleanup EXIT
 one() {
   local s cl=()
   PIDS=()
-  for ((s = 0; s < NCPU; s++)); do
+  for ((s = 0; s < PAIRS; s++)); do
     local disk=(--engine "$1" --file "$W/f$s.dat") ldisk=(--engine "$1" --file "$W/l$s.dat")
     [ "$1" = none ] && { disk=(--file none); ldisk=(--file none); }
-    taskset -c "$s" "$BIN/pair_floor" follower --listen "127.0.0.1:$((24711 + 10 * s))" "${disk[@]}" &
+    taskset -c "$(((FIRST_CPU + s) % $(nproc)))" "$BIN/pair_floor" follower --listen "127.0.0.1:$((24711 + 10 * s))" "${disk[@]}" &
     local f=$!
-    taskset -c "$s" "$BIN/pair_floor" leader --listen "127.0.0.1:$((24710 + 10 * s))" \
+    taskset -c "$(((FIRST_CPU + s) % $(nproc)))" "$BIN/pair_floor" leader --listen "127.0.0.1:$((24710 + 10 * s))" \
       --follower "127.0.0.1:$((24711 + 10 * s))" "${ldisk[@]}" &
     local l=$!
     PIDS+=("$f" "$l")
-    taskset -c "$s" timeout 120 "$BIN/pair_floor" client --target "127.0.0.1:$((24710 + 10 * s))" \
-      --connections $((CONNS / NCPU)) --rate $((RATE / NCPU)) --warmup 4 --duration "$SECS" \
+    taskset -c "$(((FIRST_CPU + s) % $(nproc)))" timeout 120 "$BIN/pair_floor" client --target "127.0.0.1:$((24710 + 10 * s))" \
+      --connections $((CONNS / PAIRS)) --rate $((RATE / PAIRS)) --warmup 4 --duration "$SECS" \
       --leader-pid "$l" --follower-pid "$f" >"$W/c$s.out" 2>&1 &
     cl+=($!)
   done
@@ -70,20 +77,24 @@ print("%.1f %.2f %.2f %.0f" % ((sum(t["leader_cpu_us"]) + sum(t["follower_cpu_us
 PY
 }
 
-echo "bare pair floor: $RATE appends/s over $CONNS connections, $NCPU pairs (pair s on CPU s), ${SECS}s windows, $ROUNDS rounds, $(date -u +%FT%TZ)"
-declare -A V
+load="$RATE appends/s"; [ "$RATE" = 0 ] && load="closed loop"
+echo "bare pair floor: $load over $CONNS connections, $PAIRS pairs (pair s on CPU $FIRST_CPU + s), ${SECS}s windows, $ROUNDS rounds, $(date -u +%FT%TZ)"
+declare -A V P
 for ((r = 1; r <= ROUNDS; r++)); do
   for mode in ${MODES:-uring pwrite none}; do
     read -r us ls fs p50 < <(one "$mode")
     echo "round $r $mode: server CPU $us µs/append; context switches/append leader $ls follower $fs; p50 $p50 µs"
-    V[$mode]="${V[$mode]:-} $us"
+    V[$mode]="${V[$mode]:-} $us"; P[$mode]="${P[$mode]:-} $p50"
   done
 done
 med() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
-line="median server CPU µs/append:"; floor=FLOOR
+line="median server CPU µs/append:"; floor=FLOOR; lat=P50
 for mode in ${MODES:-uring pwrite none}; do
   # shellcheck disable=SC2086 # word splitting of the value list is intended
   m=$(med ${V[$mode]}); line="$line $mode $m"; floor="$floor $m"
+  # shellcheck disable=SC2086
+  lat="$lat $(med ${P[$mode]})"
 done
 echo "$line"
+echo "$lat"
 echo "$floor"

@@ -10,7 +10,8 @@
 //!   batch (group commit, as corelog's); ships it, then writes it (blocking `pwrite`), and
 //!   answers a batch's requests when the follower's acknowledgement for it has come.
 //! - `client`: open loop over N connections at a fixed rate (connection `k % N` sends the
-//!   k-th request at `start + k / rate`, as `corelog-loadgen --rate` paces); after a warm-up
+//!   k-th request at `start + k / rate`, as `corelog-loadgen --rate` paces; `--rate 0`:
+//!   closed loop, as the load generator without `--rate`); after a warm-up
 //!   it reads the leader's and follower's CPU ticks and context switches from /proc for the
 //!   window and prints them per acknowledged append.
 //!
@@ -372,7 +373,10 @@ fn proc_cost(pid: u32) -> io::Result<(f64, u64)> {
 }
 
 fn client(target: &str, conns: usize, rate: f64, warmup: f64, duration: f64, pids: [u32; 2]) -> io::Result<()> {
-    assert!(conns >= 1 && rate > 0.0);
+    // rate 0: closed loop — each connection sends its next request as soon as its answer
+    // came (ab.sh's one-connection figures), latency measured from that send.
+    assert!(conns >= 1 && rate >= 0.0);
+    let closed = rate == 0.0;
     let ep = Epoll::new()?;
     let mut cs = Vec::with_capacity(conns);
     for i in 0..conns {
@@ -385,7 +389,7 @@ fn client(target: &str, conns: usize, rate: f64, warmup: f64, duration: f64, pid
     let timer = Timer::new()?;
     ep.add(timer.0, TIMER)?;
     let (base, origin) = (Instant::now(), monotonic_now());
-    let interval = Duration::from_secs_f64(1.0 / rate);
+    let interval = if closed { Duration::ZERO } else { Duration::from_secs_f64(1.0 / rate) };
     let start = Instant::now() + Duration::from_millis(50);
     let (w0, w1) = (start + Duration::from_secs_f64(warmup), start + Duration::from_secs_f64(warmup + duration));
     let mut k: u64 = 0;
@@ -401,8 +405,16 @@ fn client(target: &str, conns: usize, rate: f64, warmup: f64, duration: f64, pid
         if now >= w1 {
             break;
         }
+        if closed && now >= start {
+            for c in cs.iter_mut().filter(|c| c.2.is_none()) {
+                req[..8].copy_from_slice(&k.to_le_bytes());
+                c.0.write_all(&req)?;
+                c.2 = Some(Instant::now());
+                k += 1;
+            }
+        }
         // Send every request whose time has come (open loop: its connection may be busy).
-        while start + interval.mul_f64(k as f64) <= now {
+        while !closed && start + interval.mul_f64(k as f64) <= now {
             let c = (k % conns as u64) as usize;
             if cs[c].2.is_none() {
                 req[..8].copy_from_slice(&k.to_le_bytes());
@@ -415,9 +427,11 @@ fn client(target: &str, conns: usize, rate: f64, warmup: f64, duration: f64, pid
         }
         // Sleep until the next send time (a timerfd: epoll_wait's timeout is in whole ms)
         // or an answer, whichever comes first.
-        let next = start + interval.mul_f64(k as f64);
-        timer.arm(next - base + origin)?;
-        let n = ep.wait(&mut evs, 1000)?;
+        // Closed loop: only answers wake it (the window's edges are checked every 10 ms).
+        if !closed {
+            timer.arm(start + interval.mul_f64(k as f64) - base + origin)?;
+        }
+        let n = ep.wait(&mut evs, if closed { 10 } else { 1000 })?;
         for ev in &evs[..n] {
             let c = ev.u64 as usize;
             if ev.u64 == TIMER {
