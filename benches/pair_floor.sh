@@ -6,7 +6,10 @@
 # The write is made three ways: through an io_uring, the thread sleeping in io_uring_enter
 # ("uring": corelog's path — O_DSYNC's cache flush then runs in a kernel worker, not
 # charged to the process), with a blocking pwrite ("pwrite": the writer issues the flush
-# itself), and not at all ("none": the network and wake-up share).
+# itself), and not at all ("none": the network and wake-up share). A fourth way,
+# "glommio" (not in the default MODES), runs the same leader and follower on corelog's
+# runtime instead (benches/src/bin/pair_floor_glommio.rs: one glommio executor each,
+# glommio's sockets and DmaFile, still no TLS or corelog code): the runtime's own share.
 # Placed as corelog's open-loop figure places itself: two pairs, pair s (leader, follower
 # and its load) pinned to CPU s, as corelog pins shard s to CPU s in both processes; each
 # pair takes half of the rate over half of the connections (ab.sh's open2k: 2,000/s over
@@ -22,13 +25,13 @@
 # Usage: benches/pair_floor.sh [ROUNDS=3]
 #   env RATE=2000 (0: closed loop) CONNS=100 PAIRS=2 SECS=8 (window; 4 s of warm-up before it)
 #   env FIRST_CPU=0 (pair s on CPU (FIRST_CPU + s) mod ncpu)
-#   env MODES="uring pwrite none" (which ways to write; the FLOOR line has one median each)
-#   env BIN=dir with pair_floor (default target/release, built here)
+#   env MODES="uring pwrite none" (uring|pwrite|none|glommio; FLOOR has one median each)
+#   env BIN=dir with pair_floor and pair_floor_glommio (default target/release, built here)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROUNDS="${1:-3}"; RATE="${RATE:-2000}"; CONNS="${CONNS:-100}"; SECS="${SECS:-8}"
 if [ -z "${BIN:-}" ]; then
-  cargo build --release -q -p corelog-benches --bin pair_floor
+  cargo build --release -q -p corelog-benches --bin pair_floor --bin pair_floor_glommio
   BIN=target/release
 fi
 PAIRS="${PAIRS:-2}"; FIRST_CPU="${FIRST_CPU:-0}"
@@ -40,16 +43,17 @@ PIDS=()
 cleanup() { kill "${PIDS[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$W"; }
 trap cleanup EXIT
 
-# $1 = uring|pwrite|none → prints "server_us_per_append switches_leader switches_follower p50_us"
+# $1 = uring|pwrite|none|glommio → prints "server_us_per_append switches_leader switches_follower p50_us"
 one() {
   local s cl=()
   PIDS=()
   for ((s = 0; s < PAIRS; s++)); do
-    local disk=(--engine "$1" --file "$W/f$s.dat") ldisk=(--engine "$1" --file "$W/l$s.dat")
+    local disk=(--engine "$1" --file "$W/f$s.dat") ldisk=(--engine "$1" --file "$W/l$s.dat") node="$BIN/pair_floor"
     [ "$1" = none ] && { disk=(--file none); ldisk=(--file none); }
-    taskset -c "$(((FIRST_CPU + s) % $(nproc)))" "$BIN/pair_floor" follower --listen "127.0.0.1:$((24711 + 10 * s))" "${disk[@]}" &
+    [ "$1" = glommio ] && { disk=(--file "$W/f$s.dat"); ldisk=(--file "$W/l$s.dat"); node="$BIN/pair_floor_glommio"; }
+    taskset -c "$(((FIRST_CPU + s) % $(nproc)))" "$node" follower --listen "127.0.0.1:$((24711 + 10 * s))" "${disk[@]}" &
     local f=$!
-    taskset -c "$(((FIRST_CPU + s) % $(nproc)))" "$BIN/pair_floor" leader --listen "127.0.0.1:$((24710 + 10 * s))" \
+    taskset -c "$(((FIRST_CPU + s) % $(nproc)))" "$node" leader --listen "127.0.0.1:$((24710 + 10 * s))" \
       --follower "127.0.0.1:$((24711 + 10 * s))" "${ldisk[@]}" &
     local l=$!
     PIDS+=("$f" "$l")

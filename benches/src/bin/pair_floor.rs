@@ -360,15 +360,20 @@ fn connect(addr: &str) -> io::Result<TcpStream> {
 }
 
 /// CPU seconds (utime + stime, `corelog_loadgen::procstat`) and voluntary + involuntary
-/// context switches of a process.
+/// context switches of a process, over all its threads (`pair_floor_glommio` runs its
+/// executor on a thread of its own).
 fn proc_cost(pid: u32) -> io::Result<(f64, u64)> {
     let cpu = cpu_seconds(pid).ok_or_else(|| io::Error::other(format!("/proc/{pid}/stat unreadable")))?;
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    let cs = status
-        .lines()
-        .filter(|l| l.contains("ctxt_switches"))
-        .map(|l| l.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap())
-        .sum();
+    let mut cs = 0;
+    for t in std::fs::read_dir(format!("/proc/{pid}/task"))? {
+        // A thread that ended between the listing and the read counts no more.
+        let Ok(status) = std::fs::read_to_string(t?.path().join("status")) else { continue };
+        cs += status
+            .lines()
+            .filter(|l| l.contains("ctxt_switches"))
+            .map(|l| l.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap())
+            .sum::<u64>();
+    }
     Ok((cpu, cs))
 }
 
