@@ -8,9 +8,14 @@
 CL_LEADERS=(); CL_FOLLOWERS=()
 
 # Server TLS flags of `corelog serve`: $1 certs dir (from `corelog certs`), $2 server|follower.
-cl_tls() { echo "--cert $1/$2.pem --key $1/$2.key --client-ca $1/ca.pem"; }
-# Client TLS flags of corelog-loadgen: $1 certs dir.
-cl_client_tls() { echo "--ca $1/ca.pem --cert $1/client.pem --key $1/client.key"; }
+# CL_INSECURE=1: plaintext on every port instead (`--insecure`; TLS's share of a figure).
+cl_tls() {
+  if [ "${CL_INSECURE:-0}" = 1 ]; then echo "--insecure"; else echo "--cert $1/$2.pem --key $1/$2.key --client-ca $1/ca.pem"; fi
+}
+# Client TLS flags of corelog-loadgen: $1 certs dir (CL_INSECURE=1: `--insecure`).
+cl_client_tls() {
+  if [ "${CL_INSECURE:-0}" = 1 ]; then echo "--insecure"; else echo "--ca $1/ca.pem --cert $1/client.pem --key $1/client.key"; fi
+}
 # Waits up to 30 s for 127.0.0.1:$1/health to answer.
 cl_healthy() {
   local _

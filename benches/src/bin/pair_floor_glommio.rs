@@ -102,17 +102,28 @@ async fn follower(listen: &str, file: &str) -> io::Result<()> {
     let mut disk = Disk::open(file).await?;
     let mut s = bind(listen)?.accept().await?;
     s.set_nodelay(true)?;
-    let mut data = vec![0u8; BLOCK];
+    // One read takes whatever shipments have arrived (as pair_floor's follower): a read
+    // per shipment, not one for its count and another for its requests.
+    let (mut buf, mut have) = (vec![0u8; 8 * (4 + BLOCK)], 0usize);
     loop {
-        let mut head = [0u8; 4];
-        if s.read_exact(&mut head).await.is_err() {
+        let n = s.read(&mut buf[have..]).await?;
+        if n == 0 {
             return Ok(()); // the leader went away: the run is over
         }
-        let count = u32::from_le_bytes(head) as usize;
-        assert!(count >= 1 && count * REQ <= BLOCK, "shipment of {count} requests");
-        s.read_exact(&mut data[..count * REQ]).await?;
-        disk.write(&data[..count * REQ]).await?;
-        s.write_all(&head).await?; // the acknowledgement: the batch's count
+        have += n;
+        let mut at = 0;
+        while have - at >= 4 {
+            let count = u32::from_le_bytes(buf[at..at + 4].try_into().unwrap()) as usize;
+            assert!(count >= 1 && count * REQ <= BLOCK, "shipment of {count} requests");
+            if have - at < 4 + count * REQ {
+                break; // the rest of this shipment is still on its way
+            }
+            disk.write(&buf[at + 4..at + 4 + count * REQ]).await?;
+            s.write_all(&(count as u32).to_le_bytes()).await?; // the acknowledgement
+            at += 4 + count * REQ;
+        }
+        buf.copy_within(at..have, 0);
+        have -= at;
     }
 }
 
