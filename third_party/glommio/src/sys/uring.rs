@@ -856,11 +856,13 @@ impl UringCommon for PollRing {
 
     fn submit_one_event(&mut self, queue: &mut VecDeque<UringDescriptor>) -> Option<bool> {
         let source_map = &mut *self.source_map.borrow_mut();
-        let now = Instant::now();
 
         while let Some(chain) = peek_one_chain(queue, self.size) {
             return if let Some(sqes) = self.ring.sq().prepare_sqes(chain.len() as u32) {
-                let ops = extract_one_chain(source_map, queue, chain, now);
+                // corelog patch: the clock is read only when there is something to
+                // submit (upstream read it on every call, and a turn calls this for each
+                // ring's submissions and cancellations, mostly with nothing queued).
+                let ops = extract_one_chain(source_map, queue, chain, Instant::now());
                 if ops.is_empty() {
                     // all the sources in the ring were cancelled
                     continue;
@@ -1205,11 +1207,13 @@ impl UringCommon for SleepableRing {
 
     fn submit_one_event(&mut self, queue: &mut VecDeque<UringDescriptor>) -> Option<bool> {
         let source_map = &mut *self.source_map.borrow_mut();
-        let now = Instant::now();
 
         while let Some(chain) = peek_one_chain(queue, self.size) {
             return if let Some(sqes) = self.ring.sq().prepare_sqes(chain.len() as u32) {
-                let ops = extract_one_chain(source_map, queue, chain, now);
+                // corelog patch: the clock is read only when there is something to
+                // submit (upstream read it on every call, and a turn calls this for each
+                // ring's submissions and cancellations, mostly with nothing queued).
+                let ops = extract_one_chain(source_map, queue, chain, Instant::now());
                 if ops.is_empty() {
                     // all the sources in the ring were cancelled
                     continue;
