@@ -41,6 +41,8 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 OLD="${1:?usage: benches/ab.sh OLD_REV NEW_REV [SECONDS] [ROUNDS]}"; NEW="${2:?NEW_REV}"
 D="${3:-10}"; R="${4:-3}"
+# Resolved once: a commit made while this runs must not change what OLD and NEW name.
+OLD=$(git rev-parse --short "$OLD^{commit}"); NEW=$(git rev-parse --short "$NEW^{commit}")
 FIGS="${FIGS:-closed1k one_repl one_solo open2k idle}"
 if [ "${BIG:-0}" = 1 ]; then # adds each once (FIGS="closed36k" BIG=1 ran and printed it twice)
   for f in closed36k mem36k; do [[ " $FIGS " == *" $f "* ]] || FIGS="$FIGS $f"; done
@@ -73,7 +75,7 @@ LG_LIMIT=$((3 * D + 300))
 # Nodes are started inside $(run …) subshells: find them by their data dir under $W.
 cleanup() { pkill -9 -f -- "--data-dir $W/" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$W"; }
 trap cleanup EXIT
-echo "OLD $(git rev-parse --short "$OLD") NEW $(git rev-parse --short "$NEW"), $(nproc) CPUs, $(date -u +%FT%TZ), ${D}s per run, $R rounds, figures: $FIGS, load generator: ${LOADGEN:-own}"
+echo "OLD $OLD NEW $NEW, $(nproc) CPUs, $(date -u +%FT%TZ), ${D}s per run, $R rounds, figures: $FIGS, load generator: ${LOADGEN:-own}"
 
 # shellcheck source=benches/lib.sh
 . benches/lib.sh
