@@ -1,1 +1,1 @@
-
+pub mod pair_wire;

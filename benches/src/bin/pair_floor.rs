@@ -28,9 +28,7 @@ use std::time::{Duration, Instant};
 
 use corelog_loadgen::procstat::cpu_seconds;
 
-const BLOCK: usize = 4096;
-const FILE_BLOCKS: u64 = 4096; // 16 MiB ring of blocks, zeroed before the run (overwrites)
-const REQ: usize = 100; // the load generator's default payload
+use corelog_benches::pair_wire::{shipment, zeroed_file, BLOCK, FILE_BLOCKS, REQ};
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -94,9 +92,7 @@ fn open_data(path: &str) -> io::Result<Option<File>> {
     if path == "none" {
         return Ok(None);
     }
-    let mut f = File::create(path)?;
-    f.write_all(&vec![0u8; BLOCK * FILE_BLOCKS as usize])?;
-    f.sync_all()?;
+    zeroed_file(path)?;
     OpenOptions::new().write(true).custom_flags(libc::O_DIRECT | libc::O_DSYNC).open(path).map(Some)
 }
 
@@ -154,15 +150,10 @@ fn follower(listen: &str, file: &str, engine: &str) -> io::Result<()> {
         }
         have += n;
         let mut at = 0;
-        while have - at >= 4 {
-            let count = u32::from_le_bytes(buf[at..at + 4].try_into().unwrap()) as usize;
-            assert!(count >= 1 && count * REQ <= BLOCK, "shipment of {count} requests");
-            if have - at < 4 + count * REQ {
-                break; // the rest of this shipment is still on its way
-            }
-            disk.write(&buf[at + 4..at + 4 + count * REQ])?;
-            s.write_all(&(count as u32).to_le_bytes())?; // the acknowledgement: the batch's count
-            at += 4 + count * REQ;
+        while let Some((reqs, len)) = shipment(&buf[at..have]) {
+            disk.write(reqs)?;
+            s.write_all(&((reqs.len() / REQ) as u32).to_le_bytes())?; // the acknowledgement: its count
+            at += len;
         }
         buf.copy_within(at..have, 0);
         have -= at;

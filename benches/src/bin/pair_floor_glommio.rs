@@ -17,7 +17,7 @@
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::future::poll_fn;
-use std::io::{self, Write};
+use std::io;
 use std::os::fd::{FromRawFd, IntoRawFd};
 use std::pin::Pin;
 use std::rc::Rc;
@@ -28,9 +28,7 @@ use glommio::io::{DmaFile, OpenOptions};
 use glommio::net::{TcpListener, TcpStream};
 use glommio::LocalExecutorBuilder;
 
-const BLOCK: usize = 4096;
-const FILE_BLOCKS: u64 = 4096; // 16 MiB ring of blocks, zeroed before the run (overwrites)
-const REQ: usize = 100;
+use corelog_benches::pair_wire::{shipment, zeroed_file, BLOCK, FILE_BLOCKS, REQ};
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -71,9 +69,7 @@ struct Disk {
 }
 impl Disk {
     async fn open(path: &str) -> io::Result<Disk> {
-        let mut f = std::fs::File::create(path)?;
-        f.write_all(&vec![0u8; BLOCK * FILE_BLOCKS as usize])?;
-        f.sync_all()?;
+        zeroed_file(path)?;
         let file = OpenOptions::new().write(true).custom_flags(libc::O_DSYNC).dma_open(path).await?;
         Ok(Disk { file, next: 0 })
     }
@@ -112,15 +108,10 @@ async fn follower(listen: &str, file: &str) -> io::Result<()> {
         }
         have += n;
         let mut at = 0;
-        while have - at >= 4 {
-            let count = u32::from_le_bytes(buf[at..at + 4].try_into().unwrap()) as usize;
-            assert!(count >= 1 && count * REQ <= BLOCK, "shipment of {count} requests");
-            if have - at < 4 + count * REQ {
-                break; // the rest of this shipment is still on its way
-            }
-            disk.write(&buf[at + 4..at + 4 + count * REQ]).await?;
-            s.write_all(&(count as u32).to_le_bytes()).await?; // the acknowledgement
-            at += 4 + count * REQ;
+        while let Some((reqs, len)) = shipment(&buf[at..have]) {
+            disk.write(reqs).await?;
+            s.write_all(&((reqs.len() / REQ) as u32).to_le_bytes()).await?; // the acknowledgement: its count
+            at += len;
         }
         buf.copy_within(at..have, 0);
         have -= at;
