@@ -102,15 +102,16 @@ else
   echo "disk floor: fio not installed (apt-get install fio) — no floor this run"
 fi
 
-if [[ " $FIGS " == *" open2k "* ]]; then
+if [[ " $FIGS " == *" open2k "* || " $FIGS " == *" one_repl "* ]]; then
   # Built from this checkout (the floor is not a revision's code); its own rounds alternate
   # nothing, so it runs once, before the A/B.
   (unset CARGO_TARGET_DIR; cargo build --release -q -p corelog-benches --bin pair_floor) >&2
+fi
+if [[ " $FIGS " == *" open2k "* ]]; then
   MODES=uring BIN="$PWD/target/release" bash benches/pair_floor.sh 3 | tee "$W/pair_floor.txt" | grep -v '^FLOOR\|^P50'
   awk '/^FLOOR/ {print $2}' "$W/pair_floor.txt" >"$W/pair_floor_us"
 fi
 if [[ " $FIGS " == *" one_repl "* ]]; then
-  (unset CARGO_TARGET_DIR; cargo build --release -q -p corelog-benches --bin pair_floor) >&2
   PAIRS=1 CONNS=1 RATE=0 MODES=uring BIN="$PWD/target/release" bash benches/pair_floor.sh 3 |
     tee "$W/pair_one.txt" | grep -v '^FLOOR\|^P50'
   awk '/^P50/ {print $2}' "$W/pair_one.txt" >"$W/pair_one_p50"
@@ -118,7 +119,6 @@ fi
 
 "$BIN_NEW/corelog" certs --out "$W/certs" >/dev/null
 read -ra cli_tls <<<"$(cl_client_tls "$W/certs")"
-server_ticks() { local t=0 p; for p in "${CL_LEADERS[@]}" "${CL_FOLLOWERS[@]}"; do t=$((t + $(cl_ticks "$p"))); done; echo "$t"; }
 leader_rss_kib() { local t=0 p; for p in "${CL_LEADERS[@]}"; do t=$((t + $(awk '/VmRSS/{print $2}' "/proc/$p/status"))); done; echo "$t"; }
 # $1 bin, $2 the run's directory, $3 pair|pair2|solo (benches/lib.sh's cl_start). It runs
 # inside $(run …), where bash turns errexit off: a failed start must exit by itself.
@@ -145,7 +145,7 @@ run() { # $1 = OLD|NEW, $2 = figure, $3 = round → prints "value [extra]"
         closed36k) conns=9000; mode=pair2 ;;
       esac
       start_nodes "$b" "$d" "$mode"
-      c0=$(server_ticks)
+      c0=$(cl_server_ticks)
       if [ "$fig" = closed36k ]; then
         # One shared start: each load generator connects, says READY on its stdout and
         # reads the start time from its stdin (fifos), so the four windows (and warm-ups)
@@ -171,7 +171,7 @@ run() { # $1 = OLD|NEW, $2 = figure, $3 = round → prints "value [extra]"
         timeout "$LG_LIMIT" "$lg" run --target 127.0.0.1:24400 --connections "$conns" --duration "${D}s" --quiet \
           --json "$d.json" "${extra[@]}" "${cli_tls[@]}" >/dev/null 2>"$d.lg"
       fi
-      c1=$(server_ticks)
+      c1=$(cl_server_ticks)
       stop_nodes "$d"
       case "$fig" in
         closed1k) json "$d.json" "'%.0f %d %d %d' % (r['acked']/r['window_s'], r['p50_us'], r['p99_us'], r['errors'])" ;;
@@ -214,9 +214,9 @@ EOF
       ;;
     idle)
       start_nodes "$b" "$d" pair
-      t0=$(date +%s.%N); c0=$(server_ticks)
+      t0=$(date +%s.%N); c0=$(cl_server_ticks)
       sleep "$D"
-      t1=$(date +%s.%N); c1=$(server_ticks)
+      t1=$(date +%s.%N); c1=$(cl_server_ticks)
       stop_nodes "$d"
       python3 -c "print('%.2f' % (($c1-$c0)/$hz/($t1-$t0)*100))" ;;
   esac

@@ -27,13 +27,13 @@ trap cleanup EXIT
 hz=$(getconf CLK_TCK)
 
 corelog_run() { # $1 = 1 for --insecure → prints server CPU µs per acked append
-  local d="$W/run" t0 t1 p cli
+  local d="$W/run" t0 t1 cli
   CL_INSECURE=$1 cl_start "$BIN" "$d" "$W/certs" pair || exit 1
   read -ra cli <<<"$(CL_INSECURE=$1 cl_client_tls "$W/certs")"
-  t0=0; for p in "${CL_LEADERS[@]}" "${CL_FOLLOWERS[@]}"; do t0=$((t0 + $(cl_ticks "$p"))); done
+  t0=$(cl_server_ticks)
   timeout 120 "$BIN/corelog-loadgen" run --target 127.0.0.1:24400 --connections 100 --rate 2000 --duration "${SECS}s" \
     --quiet --json "$d.json" "${cli[@]}" >/dev/null 2>"$d.lg" || { echo "load generator failed: $(tail -n 3 "$d.lg")" >&2; exit 1; }
-  t1=0; for p in "${CL_LEADERS[@]}" "${CL_FOLLOWERS[@]}"; do t1=$((t1 + $(cl_ticks "$p"))); done
+  t1=$(cl_server_ticks)
   cl_stop
   # The ticks cover the whole run (connecting, warm-up, window): so does acked_total.
   python3 -c "import json,sys; r=json.load(open(sys.argv[1])); assert r['errors'] == 0, r

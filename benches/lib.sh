@@ -24,6 +24,8 @@ cl_healthy() {
 }
 # utime + stime of a process, in clock ticks.
 cl_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+# cl_ticks summed over the nodes cl_start started.
+cl_server_ticks() { local t=0 p; for p in "${CL_LEADERS[@]}" "${CL_FOLLOWERS[@]}"; do t=$((t + $(cl_ticks "$p"))); done; echo "$t"; }
 # Voluntary + involuntary context switches over all threads of a process.
 cl_switches() { cat /proc/"$1"/task/*/status | awk '/ctxt_switches/{s += $2} END {print s}'; }
 

@@ -45,19 +45,20 @@ trap cleanup EXIT
 
 # $1 = uring|pwrite|none|glommio → prints "server_us_per_append switches_leader switches_follower p50_us"
 one() {
-  local s cl=()
+  local s cpu cl=()
   PIDS=()
   for ((s = 0; s < PAIRS; s++)); do
+    cpu=$(((FIRST_CPU + s) % $(nproc)))
     local disk=(--engine "$1" --file "$W/f$s.dat") ldisk=(--engine "$1" --file "$W/l$s.dat") node="$BIN/pair_floor"
     [ "$1" = none ] && { disk=(--file none); ldisk=(--file none); }
     [ "$1" = glommio ] && { disk=(--file "$W/f$s.dat"); ldisk=(--file "$W/l$s.dat"); node="$BIN/pair_floor_glommio"; }
-    taskset -c "$(((FIRST_CPU + s) % $(nproc)))" "$node" follower --listen "127.0.0.1:$((24711 + 10 * s))" "${disk[@]}" &
+    taskset -c "$cpu" "$node" follower --listen "127.0.0.1:$((24711 + 10 * s))" "${disk[@]}" &
     local f=$!
-    taskset -c "$(((FIRST_CPU + s) % $(nproc)))" "$node" leader --listen "127.0.0.1:$((24710 + 10 * s))" \
+    taskset -c "$cpu" "$node" leader --listen "127.0.0.1:$((24710 + 10 * s))" \
       --follower "127.0.0.1:$((24711 + 10 * s))" "${ldisk[@]}" &
     local l=$!
     PIDS+=("$f" "$l")
-    taskset -c "$(((FIRST_CPU + s) % $(nproc)))" timeout 120 "$BIN/pair_floor" client --target "127.0.0.1:$((24710 + 10 * s))" \
+    taskset -c "$cpu" timeout 120 "$BIN/pair_floor" client --target "127.0.0.1:$((24710 + 10 * s))" \
       --connections $((CONNS / PAIRS)) --rate $((RATE / PAIRS)) --warmup 4 --duration "$SECS" \
       --leader-pid "$l" --follower-pid "$f" >"$W/c$s.out" 2>&1 &
     cl+=($!)
