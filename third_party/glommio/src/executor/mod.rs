@@ -1498,6 +1498,17 @@ impl LocalExecutor {
                         // test again here. We can't test *just* here because the main
                         // future is probably the one setting up the task queues and etc.
                         break t.unwrap();
+                    } else if spin_before_park.is_zero() {
+                        // corelog patch: with no spinning wanted, park at once. Upstream
+                        // polled the rings first (`spin_poll_io`), which submitted what the
+                        // tasks just queued in an `io_uring_enter` of its own; `park`
+                        // consumes completions, timers and channels the same way before
+                        // deciding to sleep, and submits the main ring's queue together
+                        // with the sleep (`Reactor::wait`): one system call less per sleep.
+                        this.parker
+                            .park()
+                            .expect("Failed to park! This is actually pretty bad!");
+                        pre_time = Instant::now();
                     } else {
                         while !this.reactor.spin_poll_io().unwrap() {
                             if pre_time.elapsed() > spin_before_park {

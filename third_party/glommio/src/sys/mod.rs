@@ -306,6 +306,13 @@ impl SleepNotifier {
     }
 
     pub(crate) fn notify(&self, force: bool) {
+        // corelog patch: pairs with the SeqCst fence a sleeper issues after setting
+        // `should_notify` (`Reactor::wait`; upstream: a `membarrier` system call there and
+        // only a compiler fence here). Whatever the caller published before this call
+        // (a channel push, a queued waker, a blocking-thread result) is ordered before
+        // the load below: either the sleeper's re-check after its fence sees it, or this
+        // load sees `should_notify` set and the eventfd write wakes it.
+        std::sync::atomic::fence(Ordering::SeqCst);
         if self
             .should_notify
             .compare_exchange(true, false, Ordering::Relaxed, Ordering::Relaxed)

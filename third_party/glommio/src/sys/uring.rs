@@ -37,7 +37,7 @@ use crate::{
         self,
         blocking::{BlockingThreadOp, BlockingThreadPool},
         dma_buffer::{BufferStorage, DmaBuffer},
-        membarrier, DirectIo, EnqueuedSource, EnqueuedStatus, InnerSource, IoBuffer,
+        DirectIo, EnqueuedSource, EnqueuedStatus, InnerSource, IoBuffer,
         PollableStatus, Source, SourceType, Statx, TimeSpec64,
     },
     uring_sys::{self, IoRingOp},
@@ -1049,22 +1049,51 @@ impl SleepableRing {
 
     /// Waits for a completion while the poll linking the rings is still armed from an
     /// earlier sleep (corelog patch).
+    /// The SQEs the turn prepared but did not submit (`prepare_submissions`) go in the
+    /// same `io_uring_enter` as the wait (corelog patch: upstream submitted them in one
+    /// system call and slept in another). A completion of one of them (a poll on a
+    /// socket that is already readable, a cancellation) ends the wait at once.
     fn wait_linked(&mut self) -> io::Result<usize> {
-        assert_eq!(
-            self.waiting_kernel_submission(),
-            0,
-            "sleeping with pending SQEs"
-        );
-        self.ring
-            .cq()
-            .wait(1)
-            .map(|_| 1)
+        let waited = if self.waiting_kernel_submission() > 0 {
+            self.ring.submit_sqes_and_wait(1).map(|n| {
+                self.in_kernel += n as usize;
+                1
+            })
+        } else {
+            self.ring.cq().wait(1).map(|_| 1)
+        };
+        waited
             .or_else(Reactor::busy_ok)
             .or_else(Reactor::again_ok)
             .or_else(Reactor::intr_ok)
     }
 
+    /// Moves the queued submissions into SQEs without entering the kernel (unless the
+    /// submission ring is full); `wait_linked` or a later flush submits them (corelog
+    /// patch).
+    fn prepare_submissions(&mut self) -> io::Result<usize> {
+        let q = self.submission_queue();
+        let mut queue = q.borrow_mut();
+        self.consume_sqe_queue(&mut queue.submissions, false)
+    }
+
+    /// `can_sleep`, where prepared SQEs do not count: they are submitted with the sleep.
+    fn can_sleep_submitting(&self) -> bool {
+        self.submission_queue.borrow().is_empty() && self.waiting_kernel_collection() == 0
+    }
+
     fn sleep(&mut self, link: &Source) -> io::Result<usize> {
+        // corelog patch: what the turn prepared (`prepare_submissions`) goes first; the
+        // link's SQE is then submitted alone, as upstream.
+        if self.waiting_kernel_submission() > 0 {
+            self.submit_sqes()
+                .or_else(Reactor::busy_ok)
+                .or_else(Reactor::again_ok)
+                .or_else(Reactor::intr_ok)?;
+            if self.waiting_kernel_submission() > 0 {
+                return Err(io::Error::from_raw_os_error(libc::EBUSY));
+            }
+        }
         assert_eq!(
             self.waiting_kernel_submission(),
             0,
@@ -1933,15 +1962,28 @@ impl Reactor {
         flush_cancellations!(into &mut woke; lat_ring, poll_ring, main_ring);
         // ... which happens right here. If you ever reorder this code just
         // be careful about this dependency.
-        flush_rings!(lat_ring, poll_ring, main_ring)?;
+        // corelog patch: on a turn that may sleep (no preemption timer: `park`), the
+        // main ring's SQEs are only prepared here; they are submitted with the sleep
+        // (`wait_linked`), or below if the executor does not sleep after all.
+        let may_sleep = preempt_timer().is_none();
+        if may_sleep {
+            flush_rings!(lat_ring, poll_ring)?;
+            main_ring
+                .prepare_submissions()
+                .or_else(Reactor::busy_ok)
+                .or_else(Reactor::again_ok)
+                .or_else(Reactor::intr_ok)?;
+        } else {
+            flush_rings!(lat_ring, poll_ring, main_ring)?;
+        }
         // pick up the results of any cancellations
         consume_rings!(into &mut woke; lat_ring, poll_ring, main_ring);
 
         // If we generated any event so far, we can't sleep. Need to handle them.
-        let should_sleep = preempt_timer().is_none()
+        let should_sleep = may_sleep
             && (woke == 0)
             && poll_ring.can_sleep()
-            && main_ring.can_sleep()
+            && main_ring.can_sleep_submitting()
             && lat_ring.can_sleep();
 
         if should_sleep {
@@ -1955,9 +1997,15 @@ impl Reactor {
             // that opened up room. If it did we bail on sleep and go process it.
             self.notifier.prepare_to_sleep();
             // See https://www.scylladb.com/2018/02/15/memory-barriers-seastar-linux/ for
-            // details. This translates to `sys_membarrier()` /
-            // `MEMBARRIER_CMD_PRIVATE_EXPEDITED`
-            membarrier::heavy();
+            // details. corelog patch: upstream issued `sys_membarrier()` /
+            // `MEMBARRIER_CMD_PRIVATE_EXPEDITED` here (a system call, and an IPI to each
+            // CPU running another thread of the process, before every sleep) so that
+            // wakers could get by with a compiler fence. Now a SeqCst fence here and one
+            // in `SleepNotifier::notify`, which every foreign wake goes through: the
+            // store to `should_notify` above is ordered before the re-check below, and a
+            // waker's publication before its load of `should_notify`, so one of the two
+            // sees the other.
+            std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
             let events = process_remote_channels() + self.flush_syscall_thread();
             if events == 0 {
                 // corelog patch: the timer for the next user timer was armed before the
@@ -1978,6 +2026,9 @@ impl Reactor {
                 self.notifier.wake_up();
             }
         }
+        // corelog patch: SQEs prepared for a sleep that did not happen (or that the
+        // sleep could not submit) go now.
+        flush_rings!(main_ring)?;
 
         if preempt_timer().is_some() {
             // corelog patch: the preemption timer was armed (or kept) above.
