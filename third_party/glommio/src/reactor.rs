@@ -846,12 +846,6 @@ impl Reactor {
         self.sys.rush_dispatch(source, &mut 0)
     }
 
-    /// Arms the preemption timer for a run of tasks right after a sleep, without the rest
-    /// of a reactor pass (corelog patch); see `sys::uring::Reactor::arm_preemption`.
-    pub(crate) fn arm_preemption(&self, d: Duration) -> io::Result<()> {
-        self.sys.arm_preemption(d)
-    }
-
     /// Polls for I/O, but does not change any timer registration.
     ///
     /// This doesn't ever sleep, and does not touch the preemption timer.

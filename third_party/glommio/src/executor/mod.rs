@@ -1466,9 +1466,6 @@ impl LocalExecutor {
             pin!(future);
 
             let mut pre_time = Instant::now();
-            // corelog patch: set when `park` slept and woke up: its reactor pass after the
-            // sleep already consumed the rings, timers and channels.
-            let mut just_woke = false;
             loop {
                 if let Poll::Ready(t) = future.as_mut().poll(cx) {
                     // can't be canceled, and join handle is None only upon
@@ -1483,18 +1480,9 @@ impl LocalExecutor {
                 // requests that are latency sensitive we want them out of the
                 // ring ASAP (before we run the task queues). We will also use
                 // the opportunity to install the timer.
-                if std::mem::take(&mut just_woke) {
-                    // corelog patch: right after a sleep nothing ran since `park` consumed
-                    // the rings, timers and channels; only the preemption timer must be
-                    // armed before the tasks run (upstream made a whole reactor pass).
-                    this.reactor
-                        .arm_preemption(this.preempt_timer_duration())
-                        .expect("Failed to arm the preemption timer!");
-                } else {
-                    this.parker
-                        .poll_io(|| Some(this.preempt_timer_duration()))
-                        .expect("Failed to poll io! This is actually pretty bad!");
-                }
+                this.parker
+                    .poll_io(|| Some(this.preempt_timer_duration()))
+                    .expect("Failed to poll io! This is actually pretty bad!");
 
                 // run user code
                 let run = this.run_task_queues();
@@ -1517,8 +1505,7 @@ impl LocalExecutor {
                         // consumes completions, timers and channels the same way before
                         // deciding to sleep, and submits the main ring's queue together
                         // with the sleep (`Reactor::wait`): one system call less per sleep.
-                        just_woke = this
-                            .parker
+                        this.parker
                             .park()
                             .expect("Failed to park! This is actually pretty bad!");
                         pre_time = Instant::now();

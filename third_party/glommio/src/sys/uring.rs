@@ -1838,22 +1838,6 @@ impl Reactor {
         self.latency_timer_deadline.set(Some((want, preempt)));
     }
 
-    /// What `wait` does with a preemption timer, for a turn that has just woken from a
-    /// sleep (corelog patch): the timer is kept if armed (as it is while the executor is
-    /// busy), else armed and submitted; a replaced one's cancellation and any completion
-    /// on the latency ring are consumed, so `need_preempt` starts false. The blocking
-    /// pool's results are picked up too. The rest of a pass (the other rings, timers,
-    /// channels) was done by the sleep's own pass, and nothing has run since.
-    pub(crate) fn arm_preemption(&self, d: Duration) -> io::Result<()> {
-        let mut lat_ring = self.latency_ring.borrow_mut();
-        let mut woke = self.flush_syscall_thread();
-        self.arm_latency_timer(&mut lat_ring, d, true);
-        flush_cancellations!(into &mut woke; lat_ring);
-        flush_rings!(lat_ring)?;
-        consume_rings!(into &mut woke; lat_ring);
-        Ok(())
-    }
-
     pub(crate) fn poll_io(&self, woke: &mut usize) -> io::Result<()> {
         self.poll_ring.borrow_mut().poll(woke)?;
         self.main_ring.borrow_mut().poll(woke)?;
