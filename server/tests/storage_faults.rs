@@ -36,22 +36,39 @@ fn segment0(data: &Path) -> PathBuf {
     data.join("shard-0").join(format!("{:020}.log", 0))
 }
 
-/// Shard 0's last segment: where its last batch is (a load bounded by time, not count,
-/// may roll past segment 0 — the faster the node, the sooner).
+/// The segment holding the last batch of the first shard (in shard order) that wrote
+/// any: a load bounded by time, not count, may roll past segment 0 (the faster the node,
+/// the sooner), and a load's connections all land on one shard when their SYNs were all
+/// sent from one CPU (SO_INCOMING_CPU placement; CI once saw shard 0 get none).
 fn last_segment(data: &Path) -> PathBuf {
-    let mut segs: Vec<PathBuf> = std::fs::read_dir(data.join("shard-0"))
+    let mut shards: Vec<PathBuf> = std::fs::read_dir(data)
         .unwrap()
         .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "log"))
+        .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("shard-")))
         .collect();
-    segs.sort();
-    segs.pop().expect("a segment")
+    shards.sort();
+    for shard in shards {
+        let mut segs: Vec<PathBuf> = std::fs::read_dir(&shard)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|x| x == "log"))
+            .collect();
+        segs.sort();
+        if let Some(seg) = segs.into_iter().rev().find(|s| batch_at_end(s).is_some()) {
+            return seg;
+        }
+    }
+    panic!("no shard of {} holds a batch", data.display())
 }
 
 /// Byte position of the last batch in a segment (batches start on 4 KiB blocks).
-fn last_batch(seg: &Path) -> u64 {
+fn batch_at_end(seg: &Path) -> Option<u64> {
     let bytes = std::fs::read(seg).unwrap();
-    (0..bytes.len() / 4096).rev().map(|b| b * 4096).find(|p| bytes[*p..*p + 4] == *b"CLGB").unwrap() as u64
+    (0..bytes.len() / 4096).rev().map(|b| b * 4096).find(|p| bytes[*p..*p + 4] == *b"CLGB").map(|p| p as u64)
+}
+
+fn last_batch(seg: &Path) -> u64 {
+    batch_at_end(seg).unwrap_or_else(|| panic!("no batch in {}", seg.display()))
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -273,7 +290,8 @@ fn coordinator_a_damaged_leader_does_not_lead_and_is_repaired_by_its_peer() {
         })
         .collect();
     println!(
-        "coordinator: damaged leader at byte {pos} repaired from its peer; {} acknowledged appends read back; its log:\n{}",
+        "coordinator: damaged leader at byte {pos} of {} repaired from its peer; {} acknowledged appends read back; its log:\n{}",
+        seg.display(),
         r.ok,
         path.join("\n")
     );
@@ -335,4 +353,23 @@ fn a_leader_that_lost_durable_writes_cannot_cut_them_from_its_follower() {
     follower.kill9();
     assert_same_logs(&leader.data, &follower.data);
     drop(p);
+}
+
+/// `last_segment` finds the batch on whichever shard wrote one: here shard 0 has only a
+/// zeroed segment (all of a load's connections went to shard 1, as CI once saw).
+#[test]
+fn the_damage_target_is_on_the_shard_that_wrote() {
+    let dir = TempDir::new("last-segment");
+    let data = dir.path();
+    for s in ["shard-0", "shard-1"] {
+        std::fs::create_dir_all(data.join(s)).unwrap();
+    }
+    std::fs::write(data.join("shard-0").join(format!("{:020}.log", 0)), vec![0u8; 3 * 4096]).unwrap();
+    let mut seg = vec![0u8; 3 * 4096];
+    seg[4096..4100].copy_from_slice(b"CLGB");
+    let written = data.join("shard-1").join(format!("{:020}.log", 0));
+    std::fs::write(&written, &seg).unwrap();
+    std::fs::write(data.join("shard-1").join(format!("{:020}.log", 7)), vec![0u8; 3 * 4096]).unwrap();
+    assert_eq!(last_segment(data), written);
+    assert_eq!(last_batch(&written), 4096);
 }
