@@ -47,24 +47,27 @@ fn finishes<T: Send + 'static>(what: &str, scenario: impl FnOnce() -> T + Send +
     }
 }
 
+/// `finishes`, for a scenario that is one future on a fresh executor.
+fn on_executor<T, Fut>(what: &str, make: impl FnOnce() -> Fut + Send + 'static) -> (T, Duration)
+where
+    T: Send + 'static,
+    Fut: std::future::Future<Output = T> + 'static,
+{
+    finishes(what, || LocalExecutorBuilder::default().spawn(make).unwrap().join().unwrap())
+}
+
 #[test]
 fn short_timers_due_before_the_executor_sleeps_still_wake_it() {
     const SLEEPS: u32 = 20_000;
-    let (slept, took) = finishes("20,000 sleeps of 0-49 µs", || {
-        LocalExecutorBuilder::default()
-            .spawn(|| async {
-                let mut n = 0u32;
-                for i in 0..SLEEPS {
-                    // 0 µs: due before the turn that arms it ends; up to 49 µs: due
-                    // around the moment the executor decides whether to sleep.
-                    glommio::timer::sleep(Duration::from_micros((i % 50) as u64)).await;
-                    n += 1;
-                }
-                n
-            })
-            .unwrap()
-            .join()
-            .unwrap()
+    let (slept, took) = on_executor("20,000 sleeps of 0-49 µs", || async {
+        let mut n = 0u32;
+        for i in 0..SLEEPS {
+            // 0 µs: due before the turn that arms it ends; up to 49 µs: due around the
+            // moment the executor decides whether to sleep.
+            glommio::timer::sleep(Duration::from_micros((i % 50) as u64)).await;
+            n += 1;
+        }
+        n
     });
     assert_eq!(slept, SLEEPS);
     eprintln!("{SLEEPS} short sleeps in {took:?}");
@@ -92,34 +95,28 @@ fn io_queued_by_tasks_is_submitted_by_the_sleep_that_waits_for_it() {
             assert_eq!(u32::from_le_bytes(b), i + 1, "trip {i}: wrong answer");
         }
     });
-    let (served, took) = finishes("5,000 socket round trips and DMA writes", move || {
-        LocalExecutorBuilder::default()
-            .spawn(move || async move {
-                let std_sock = listener.accept().unwrap().0;
-                std_sock.set_nonblocking(true).unwrap();
-                let mut s = unsafe {
-                    use std::os::fd::{FromRawFd, IntoRawFd};
-                    glommio::net::TcpStream::from_raw_fd(std_sock.into_raw_fd())
-                };
-                let f = glommio::io::DmaFile::create(&path).await.unwrap();
-                let mut b = [0u8; 4];
-                let mut n = 0u32;
-                for i in 0..TRIPS {
-                    s.read_exact(&mut b).await.unwrap();
-                    let got = u32::from_le_bytes(b);
-                    assert_eq!(got, i, "trip {i}: wrong request");
-                    let mut page = f.alloc_dma_buffer(4096);
-                    page.as_bytes_mut().fill(b[0]);
-                    assert_eq!(f.write_at(page, u64::from(i % 16) * 4096).await.unwrap(), 4096);
-                    s.write_all(&(got + 1).to_le_bytes()).await.unwrap();
-                    n += 1;
-                }
-                f.close().await.unwrap();
-                n
-            })
-            .unwrap()
-            .join()
-            .unwrap()
+    let (served, took) = on_executor("5,000 socket round trips and DMA writes", move || async move {
+        let std_sock = listener.accept().unwrap().0;
+        std_sock.set_nonblocking(true).unwrap();
+        let mut s = unsafe {
+            use std::os::fd::{FromRawFd, IntoRawFd};
+            glommio::net::TcpStream::from_raw_fd(std_sock.into_raw_fd())
+        };
+        let f = glommio::io::DmaFile::create(&path).await.unwrap();
+        let mut b = [0u8; 4];
+        let mut n = 0u32;
+        for i in 0..TRIPS {
+            s.read_exact(&mut b).await.unwrap();
+            let got = u32::from_le_bytes(b);
+            assert_eq!(got, i, "trip {i}: wrong request");
+            let mut page = f.alloc_dma_buffer(4096);
+            page.as_bytes_mut().fill(b[0]);
+            assert_eq!(f.write_at(page, u64::from(i % 16) * 4096).await.unwrap(), 4096);
+            s.write_all(&(got + 1).to_le_bytes()).await.unwrap();
+            n += 1;
+        }
+        f.close().await.unwrap();
+        n
     });
     client.join().unwrap();
     assert_eq!(served, TRIPS);
@@ -131,24 +128,18 @@ fn io_queued_by_tasks_is_submitted_by_the_sleep_that_waits_for_it() {
 #[test]
 fn blocking_pool_results_wake_a_sleeping_executor() {
     const JOBS: u64 = 3_000;
-    let (sum, took) = finishes("3,000 blocking jobs", || {
-        LocalExecutorBuilder::default()
-            .spawn(|| async {
-                let mut sum = 0u64;
-                for i in 0..JOBS {
-                    sum += glommio::executor()
-                        .spawn_blocking(move || {
-                            // Long enough for the executor to be asleep when it ends.
-                            std::thread::sleep(Duration::from_micros(50));
-                            i
-                        })
-                        .await;
-                }
-                sum
-            })
-            .unwrap()
-            .join()
-            .unwrap()
+    let (sum, took) = on_executor("3,000 blocking jobs", || async {
+        let mut sum = 0u64;
+        for i in 0..JOBS {
+            sum += glommio::executor()
+                .spawn_blocking(move || {
+                    // Long enough for the executor to be asleep when it ends.
+                    std::thread::sleep(Duration::from_micros(50));
+                    i
+                })
+                .await;
+        }
+        sum
     });
     assert_eq!(sum, JOBS * (JOBS - 1) / 2);
     eprintln!("{JOBS} blocking jobs in {took:?}");
