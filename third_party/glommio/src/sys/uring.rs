@@ -1049,6 +1049,7 @@ impl SleepableRing {
 
     /// Waits for a completion while the poll linking the rings is still armed from an
     /// earlier sleep (corelog patch).
+    ///
     /// The SQEs the turn prepared but did not submit (`prepare_submissions`) go in the
     /// same `io_uring_enter` as the wait (corelog patch: upstream submitted them in one
     /// system call and slept in another). A completion of one of them (a poll on a
