@@ -364,7 +364,7 @@ fn the_damage_target_is_on_the_shard_that_wrote() {
     for s in ["shard-0", "shard-1"] {
         std::fs::create_dir_all(data.join(s)).unwrap();
     }
-    std::fs::write(data.join("shard-0").join(format!("{:020}.log", 0)), vec![0u8; 3 * 4096]).unwrap();
+    std::fs::write(segment0(data), vec![0u8; 3 * 4096]).unwrap();
     let mut seg = vec![0u8; 3 * 4096];
     seg[4096..4100].copy_from_slice(b"CLGB");
     let written = data.join("shard-1").join(format!("{:020}.log", 0));
