@@ -130,7 +130,7 @@ struct RunArgs {
     /// Executors (default: one per CPU).
     #[arg(long)]
     cores: Option<usize>,
-    /// Pin executor k to CPU (first-cpu + k) mod ncpu (default 0).
+    /// Pin executor k to the ((first-cpu + k) mod n)-th of the n CPUs this process may run on (its affinity mask, e.g. from taskset; default 0)
     #[arg(long, default_value_t = 0)]
     first_cpu: usize,
     /// Do not pin the executors to CPUs.

@@ -82,7 +82,7 @@ pub struct RunConfig {
     pub source_ips: u8,
     /// Source addresses are 127.0.0.(source_ip_base + i % source_ips).
     pub source_ip_base: u8,
-    /// Executor k is pinned to CPU (first_cpu + k) % ncpu; None: not pinned.
+    /// Executor k is pinned to the ((first_cpu + k) mod n)-th of the process's n allowed CPUs ([`corelog_server::cpus`]); None: not pinned.
     pub first_cpu: Option<usize>,
     pub timeout: Duration,
     pub connect_deadline: Duration,
@@ -181,7 +181,7 @@ pub fn run(cfg: RunConfig) -> Result<Outcome, String> {
         connect_failures: AtomicU64::new(0),
     });
     assert!(!cfg.targets.is_empty(), "at least one target");
-    let ncpu = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let cpus = corelog_server::cpus::allowed();
     let began = Instant::now();
     let mut joins = Vec::new();
     for core in 0..cfg.cores {
@@ -189,7 +189,7 @@ pub fn run(cfg: RunConfig) -> Result<Outcome, String> {
         let share = cfg.connections / cfg.cores + usize::from(core < cfg.connections % cfg.cores);
         let first = core * (cfg.connections / cfg.cores) + core.min(cfg.connections % cfg.cores);
         let placement = match cfg.first_cpu {
-            Some(f) => Placement::Fixed((f + core) % ncpu),
+            Some(f) => Placement::Fixed(corelog_server::cpus::pick(&cpus, f + core)),
             None => Placement::Unbound,
         };
         let h = LocalExecutorBuilder::new(placement)

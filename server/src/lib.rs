@@ -5,7 +5,7 @@
 //! recovery), [`net`] (listeners, connections, TLS), [`replica`] (leader link, follower
 //! apply). Control plane: [`control`] (epochs, locks, promotion), [`node`] (start-up),
 //! [`coord`] (etcd: leases, terms, in-sync set; coordinator mode),
-//! plus [`certs`], [`inspect`], [`cli`], [`metrics`]; [`sync`] and [`watchdog`] are the
+//! plus [`certs`], [`inspect`], [`cli`], [`metrics`], [`cpus`] (executor placement); [`sync`] and [`watchdog`] are the
 //! executor-local wake-up and timeout primitives both planes (and the load generator) use.
 
 pub mod certs;
@@ -13,6 +13,7 @@ pub mod cli;
 pub mod config;
 pub mod control;
 pub mod coord;
+pub mod cpus;
 pub mod hist;
 pub mod index;
 pub mod inspect;

@@ -152,7 +152,7 @@ pub fn serve(mut cfg: ServeConfig) -> Result<(), String> {
         ),
         None => None,
     };
-    let ncpu = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let cpus = crate::cpus::allowed();
     let cap = listener::ConnCap::new(cfg.max_connections.unwrap_or_else(listener::ConnCap::default_max));
     log::info!("at most {} client connections in this process (--max-connections)", cap.max);
     let (tx, rx) = mpsc::channel::<Result<String, String>>();
@@ -163,7 +163,7 @@ pub fn serve(mut cfg: ServeConfig) -> Result<(), String> {
         let tx = tx.clone();
         let (client_tls, repl_server, repl_client) = (client_tls.clone(), repl_server.clone(), repl_client.clone());
         let cap = cap.clone();
-        let ex = LocalExecutorBuilder::new(Placement::Fixed(id as usize % ncpu))
+        let ex = LocalExecutorBuilder::new(Placement::Fixed(crate::cpus::pick(&cpus, id as usize)))
             .name(&format!("shard-{id}"))
             .io_memory(cfg.io_memory)
             // Thousands of armed polls per executor: a deep ring keeps io_uring's
