@@ -22,6 +22,11 @@
 # PROFILE_SECS, PROFILE_CALLGRAPH (perf --call-graph; default dwarf: Rust release builds
 # have no frame pointers, so fp stacks stop at the first Rust frame), WORK (scratch dir), OUT (results dir), MAX_PER_PROC, LOADGEN_ARGS (extra
 # flags for every `corelog-loadgen sweep`, e.g. "--ring-depth 128").
+# Placement (a machine with more cores, e.g. benches/device_sweep.sh): SHARDS (processes
+# per node, one shard each; default 2), LEADER_CPUS / FOLLOWER_CPUS / LOADGEN_CPUS (taskset
+# CPU lists: each node's shards are pinned inside its list, the load generators run in
+# theirs; default unpinned lists, i.e. shard s of both nodes on CPU s), BIN_DIR (prebuilt
+# corelog and corelog-loadgen: no cargo build), REV (the commit named in the write-up).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -53,20 +58,39 @@ DATE=$(date -u +%Y-%m-%d)
 
 log() { echo "sweep.sh: $*" >&2; }
 
-log "building release"
-cargo build --release -p corelog-loadgen -p corelog-server >&2
+: "${SHARDS:=2}" "${LEADER_CPUS:=}" "${FOLLOWER_CPUS:=}" "${LOADGEN_CPUS:=}" "${BIN_DIR:=}"
+[ "$SHARDS" -ge 1 ] && [ "$SHARDS" -le 50 ] || { log "SHARDS must be 1..50 (ports: see below)"; exit 2; }
+: "${REV:=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"
+if [ -z "$BIN_DIR" ]; then
+  log "building release"
+  cargo build --release -p corelog-loadgen -p corelog-server >&2
+  BIN_DIR=$ROOT/target/release
+fi
 rm -rf "$WORK"; mkdir -p "$WORK/out" "$WORK/bin" "$OUT"
 # Private copies: a rebuild of target/ during the run must not swap the binaries under
 # the measurement (or under perf's symbol lookup).
-cp "$ROOT/target/release/corelog" "$ROOT/target/release/corelog-loadgen" "$WORK/bin/"
+cp "$BIN_DIR/corelog" "$BIN_DIR/corelog-loadgen" "$WORK/bin/"
+# The command prefix that pins to a CPU list (taskset, or benches/pin.py where there is
+# none), nothing for none.
+pin() {
+  [ -n "$1" ] || return 0
+  if command -v taskset >/dev/null; then echo "taskset -c $1"; else echo "python3 $ROOT/benches/pin.py $1"; fi
+}
+healthy() { # metrics port → 0 when /health answers 200 (curl, or python where there is none)
+  if command -v curl >/dev/null; then curl -sf "http://127.0.0.1:$1/health" >/dev/null
+  else python3 -c "import sys, urllib.request; urllib.request.urlopen('http://127.0.0.1:$1/health', timeout=2)" 2>/dev/null; fi
+}
 CORELOG=$WORK/bin/corelog
 LOADGEN=$WORK/bin/corelog-loadgen
-log "binaries: $(sha256sum "$CORELOG" | cut -c1-12) corelog, $(sha256sum "$LOADGEN" | cut -c1-12) corelog-loadgen; tree $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- server client loadgen || echo ' with uncommitted changes')"
+log "binaries: $(sha256sum "$CORELOG" | cut -c1-12) corelog, $(sha256sum "$LOADGEN" | cut -c1-12) corelog-loadgen; tree $REV$(git diff --quiet HEAD -- server client loadgen 2>/dev/null || echo ' (or uncommitted changes / no git)')"
 $CORELOG certs --out "$WORK/certs" >/dev/null
 C=$WORK/certs
 
 # Ports: client 19400 (leader) / 19500 (follower), shard s also on port+1+s;
-# replication base 19600 / 19700 (+s); metrics leader 19800,19802 follower 19801,19803.
+# replication base 19600 / 19700 (+s); metrics leader 19800+2s, follower 19801+2s.
+SHARD_IDS=$(seq 0 $((SHARDS - 1)))
+LEADER_METRICS=$(for s in $SHARD_IDS; do echo "127.0.0.1:$((19800 + 2 * s))"; done | paste -sd,)
+FOLLOWER_METRICS=$(for s in $SHARD_IDS; do echo "127.0.0.1:$((19801 + 2 * s))"; done | paste -sd,)
 PIDS_LEADER=(); PIDS_FOLLOWER=()
 stop_nodes() {
   for p in "${PIDS_LEADER[@]}" "${PIDS_FOLLOWER[@]}"; do kill "$p" 2>/dev/null || true; done
@@ -83,25 +107,26 @@ thaw_nodes() { for p in "${PIDS_LEADER[@]}" "${PIDS_FOLLOWER[@]}"; do kill -CONT
 trap 'thaw_nodes; stop_nodes' EXIT
 
 start_nodes() {
-  for s in 0 1; do
-    $CORELOG serve --role follower --shard-count 2 --shards $s --data-dir "$WORK/follower" \
+  for s in $SHARD_IDS; do
+    $(pin "$FOLLOWER_CPUS") $CORELOG serve --role follower --shard-count "$SHARDS" --shards $s --data-dir "$WORK/follower" \
       --listen 127.0.0.1:19500 --repl-listen 127.0.0.1:19700 --leader-addr 127.0.0.1:19400 \
       --cert $C/follower.pem --key $C/follower.key --client-ca $C/ca.pem \
       --metrics-listen 127.0.0.1:$((19801 + 2 * s)) --segment-bytes 67108864 \
       >"$WORK/follower-$s.log" 2>&1 &
     PIDS_FOLLOWER+=($!)
   done
-  for s in 0 1; do
-    $CORELOG serve --role leader --shard-count 2 --shards $s --data-dir "$WORK/leader" \
+  for s in $SHARD_IDS; do
+    $(pin "$LEADER_CPUS") $CORELOG serve --role leader --shard-count "$SHARDS" --shards $s --data-dir "$WORK/leader" \
       --listen 127.0.0.1:19400 --repl-listen 127.0.0.1:19600 --follower-addr 127.0.0.1:19700 \
       --cert $C/server.pem --key $C/server.key --client-ca $C/ca.pem \
       --metrics-listen 127.0.0.1:$((19800 + 2 * s)) --segment-bytes 67108864 \
       >"$WORK/leader-$s.log" 2>&1 &
     PIDS_LEADER+=($!)
   done
-  for port in 19800 19801 19802 19803; do
+  for port in ${LEADER_METRICS//,/ } ${FOLLOWER_METRICS//,/ }; do
+    port=${port#127.0.0.1:}
     for i in $(seq 120); do
-      curl -sf "http://127.0.0.1:$port/health" >/dev/null && break
+      healthy "$port" && break
       [ "$i" = 120 ] && { log "node on metrics port $port not healthy"; tail -5 "$WORK"/*.log; exit 1; }
       sleep 0.5
     done
@@ -118,9 +143,9 @@ export PROFILE_AT PROFILE_SECS PROFILE_DIR=$WORK/profile PROFILE_CALLGRAPH=${PRO
 
 sweep() { # name steps extra-args...
   local name=$1 steps=$2; shift 2
-  $LOADGEN sweep --target 127.0.0.1:19400 --steps "$steps" --warmup "$WARMUP" --duration "$DURATION" \
+  $(pin "$LOADGEN_CPUS") $LOADGEN sweep --target 127.0.0.1:19400 --steps "$steps" --warmup "$WARMUP" --duration "$DURATION" \
     --cooldown "$COOLDOWN" --max-conns-per-process "$MAX_PER_PROC" --server-pids "$ALL_PIDS" \
-    --leader-metrics 127.0.0.1:19800,127.0.0.1:19802 --follower-metrics 127.0.0.1:19801,127.0.0.1:19803 \
+    --leader-metrics "$LEADER_METRICS" --follower-metrics "$FOLLOWER_METRICS" \
     --ca $C/ca.pem --cert $C/client.pem --key $C/client.key --out "$WORK/out" --name "$name" ${LOADGEN_ARGS:-} "$@"
 }
 
@@ -211,8 +236,10 @@ elif [ -d "$WORK/profile" ]; then
   done
 fi
 
-python3 "$ROOT/benches/write_results.py" --work "$WORK" --out "$OUT" --date "$DATE" \
-  --flames "${FLAMES[*]:-}" --reps "$REPS" --config "STEPS=$STEPS WARMUP=$WARMUP DURATION=$DURATION COOLDOWN=$COOLDOWN SWEEP_REPS=$SWEEP_REPS REPS=$REPS OPEN_RATE=$OPEN_RATE OPEN_STEPS=$OPEN_STEPS PEERS='$PEERS' PEER_CLIENTS='$PEER_CLIENTS' PEER_SECS=$PEER_SECS MAX_PER_PROC=$MAX_PER_PROC" \
+LAYOUT="Leader ($SHARDS processes, one shard each${LEADER_CPUS:+, on CPUs $LEADER_CPUS}), follower ($SHARDS processes${FOLLOWER_CPUS:+, on CPUs $FOLLOWER_CPUS}) and load generators${LOADGEN_CPUS:+ (on CPUs $LOADGEN_CPUS)} all on this one machine"
+DISK="$(findmnt -n -o FSTYPE -T "$WORK" 2>/dev/null || echo '?') on $(findmnt -n -o SOURCE -T "$WORK" 2>/dev/null || echo '?')"
+python3 "$ROOT/benches/write_results.py" --work "$WORK" --out "$OUT" --date "$DATE" --rev "$REV" --layout "$LAYOUT" --disk "$DISK" \
+  --flames "${FLAMES[*]:-}" --reps "$REPS" --config "SHARDS=$SHARDS LEADER_CPUS=$LEADER_CPUS FOLLOWER_CPUS=$FOLLOWER_CPUS LOADGEN_CPUS=$LOADGEN_CPUS STEPS=$STEPS WARMUP=$WARMUP DURATION=$DURATION COOLDOWN=$COOLDOWN SWEEP_REPS=$SWEEP_REPS REPS=$REPS OPEN_RATE=$OPEN_RATE OPEN_STEPS=$OPEN_STEPS PEERS='$PEERS' PEER_CLIENTS='$PEER_CLIENTS' PEER_SECS=$PEER_SECS MAX_PER_PROC=$MAX_PER_PROC" \
   || STATUS=1
 log "results: $OUT/$DATE.md (status $STATUS)"
 exit $STATUS

@@ -54,17 +54,20 @@ def main():
     ap.add_argument("--flames", default="")
     ap.add_argument("--reps", default="3")
     ap.add_argument("--config", default="")
+    ap.add_argument("--rev", default="")
+    ap.add_argument("--layout", default="Leader (2 processes), follower (2 processes) and load generators all on this one machine")
+    ap.add_argument("--disk", default="ext4 on a virtio disk")
     a = ap.parse_args()
     out = os.path.join(a.work, "out")
     os.makedirs(a.out, exist_ok=True)
     md = []
-    rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    rev = a.rev or subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     md.append(f"# corelog results {a.date}\n")
     md.append(
-        f"Machine: {os.cpu_count()} vCPU, {mem_gib:.0f} GiB RAM, Linux {platform.release()}, ext4 on a virtio disk; "
-        f"commit `{rev}`. Leader (2 processes), follower (2 processes) and load generators all on this one "
-        "machine over loopback; every connection mTLS (TLS 1.3, ECDSA P-256, userspace rustls — no kTLS here); "
+        f"Machine: {os.cpu_count()} vCPU, {mem_gib:.0f} GiB RAM, Linux {platform.release()}, data on {a.disk}; "
+        f"commit `{rev}`. {a.layout} "
+        "over loopback; every connection mTLS (TLS 1.3, ECDSA P-256, userspace rustls — no kTLS here); "
         "each append acknowledged only after fdatasync on leader and follower.\n"
     )
     md.append(f"Re-run: `benches/sweep.sh` (settings: `{a.config}`); `benches/sweep.sh --quick` for a short check.\n")
