@@ -82,6 +82,21 @@ fi
 [ -n "$DATA" ] || { log "no directory here takes O_DIRECT writes; stopping"; exit 1; }
 echo "data dir $DATA: $(findmnt -n -o FSTYPE,SOURCE,OPTIONS -T "$DATA")" | tee -a "$OUT_DIR/machine.txt" >&2
 
+# A node must start here at all (io_uring, O_DIRECT, memlock): 10 s, else stop now.
+"$BIN_DIR/corelog" serve --role standalone --insecure --data-dir "$DATA/probe" --shard-count 1 \
+  --listen 127.0.0.1:19390 --metrics-listen 127.0.0.1:19398 >"$OUT_DIR/probe.log" 2>&1 &
+probe=$!
+for _ in $(seq 50); do
+  python3 -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:19398/health', timeout=1)" 2>/dev/null && break
+  kill -0 $probe 2>/dev/null || break
+  sleep 0.2
+done
+if python3 -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:19398/health', timeout=1)" 2>/dev/null; then
+  kill $probe; wait $probe 2>/dev/null; rm -rf "$DATA/probe"
+else
+  kill -9 $probe 2>/dev/null; log "a standalone node does not start here; its log:"; tail -20 "$OUT_DIR/probe.log" >&2; exit 1
+fi
+
 # ---- 4. the disk's floor
 floor() { # label [taskset prefix...]
   local label=$1; shift
