@@ -14,7 +14,8 @@
 #      depth 1 (python: no fio on that machine), unpinned and pinned to CPU 0;
 #   5. runs benches/sweep.sh once per plan line, each node's shards pinned inside its own
 #      CPU list (corelog pins shard k to the k-th CPU of its affinity mask), and copies the
-#      write-ups to OUT_DIR/<name>.md.
+#      write-ups to OUT_DIR/<name>.md, with each CPU group's busy share over every
+#      measured window (benches/cpu_busy.py: /proc/stat per CPU) in OUT_DIR/<name>-busy.txt.
 #   6. with AB_OLD=dir (an older tree's corelog): an A/B of the servers, see below.
 # PLAN (default below): lines "name shards leader-cpus follower-cpus loadgen-cpus steps
 # max-conns-per-process"; every plan's open loop is 2,000 appends/s over 100 connections.
@@ -134,11 +135,17 @@ STATUS=0
 while read -r name shards lcpus fcpus gcpus steps perproc; do
   [ -n "$name" ] || continue
   log "plan $name: $shards shard(s) a node; leader CPUs $lcpus, follower $fcpus, load generators $gcpus; steps $steps"
+  python3 benches/cpu_busy.py sample "$OUT_DIR/$name-cpu.txt" &
+  sampler=$!
   SHARDS=$shards LEADER_CPUS=$lcpus FOLLOWER_CPUS=$fcpus LOADGEN_CPUS=$gcpus BIN_DIR=$BIN_DIR \
     STEPS=$steps MAX_PER_PROC=$perproc WARMUP=${WARMUP:-3s} DURATION=${DURATION:-10s} COOLDOWN=${COOLDOWN:-2s} \
     SWEEP_REPS=1 OPEN_RATE=2000 OPEN_STEPS=100 PEERS=none PROFILE_AT= \
     WORK="$DATA/sweep-$name" OUT="$OUT_DIR/$name" \
     bash benches/sweep.sh >"$OUT_DIR/$name.log" 2>&1 || { STATUS=1; log "plan $name failed: tail of its log:"; tail -20 "$OUT_DIR/$name.log" >&2; }
+  kill $sampler; wait $sampler 2>/dev/null
+  w=${WARMUP:-3s}; d=${DURATION:-10s}
+  python3 benches/cpu_busy.py summarize "$OUT_DIR/$name-cpu.txt" "$OUT_DIR/$name.log" "${w%s}" "${d%s}" \
+    "leader=$lcpus" "follower=$fcpus" "loadgen=$gcpus" | tee "$OUT_DIR/$name-busy.txt" >&2
   for f in "$OUT_DIR/$name"/*.md; do [ -e "$f" ] && cp "$f" "$OUT_DIR/$name.md"; done
   rm -rf "$OUT_DIR/$name" "$DATA/sweep-$name"
 done <<<"$PLAN"

@@ -1,0 +1,79 @@
+#!/usr/bin/env python3
+"""Per-CPU busy time, for runs whose processes are pinned to disjoint CPU sets.
+
+  cpu_busy.py sample OUT              every 0.5 s until killed: one line per sample,
+                                      "unix_time busy_jiffies_cpu0 total_jiffies_cpu0 ..."
+  cpu_busy.py summarize SAMPLES LOG WARMUP_S DURATION_S NAME=CPULIST...
+                                      for each load step in LOG (a `corelog-loadgen sweep`
+                                      log: "[k/n] N conns ... all start at UNIX T"), each
+                                      group's mean busy fraction over the measured window
+                                      [T + warmup, T + warmup + duration]
+
+Busy = every /proc/stat field but idle and iowait (user, nice, system, irq, softirq, steal).
+"""
+import re
+import sys
+import time
+
+
+def read():
+    out = []
+    for line in open("/proc/stat"):
+        m = re.match(r"cpu(\d+) (.*)", line)
+        if m:
+            v = [int(x) for x in m.group(2).split()]
+            total = sum(v[:8])
+            out.append((total - v[3] - v[4], total))
+    return out
+
+
+def sample(path):
+    with open(path, "w", buffering=1) as f:
+        while True:
+            f.write(f"{time.time():.3f} " + " ".join(f"{b} {t}" for b, t in read()) + "\n")
+            time.sleep(0.5)
+
+
+def cpus(spec):
+    out = []
+    for part in spec.split(","):
+        lo, _, hi = part.partition("-")
+        out.extend(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
+def summarize(samples, log, warmup, duration, groups):
+    rows = []
+    for line in open(samples):
+        f = line.split()
+        if len(f) < 3:
+            continue
+        vals = [int(x) for x in f[1:]]
+        rows.append((float(f[0]), list(zip(vals[0::2], vals[1::2]))))
+    groups = [(g.split("=")[0], cpus(g.split("=")[1])) for g in groups]
+    for line in open(log):
+        m = re.search(r"\[(\d+)/(\d+)\] (\d+) conns, run \S+: .*all start at UNIX ([0-9.]+)", line)
+        if not m:
+            continue
+        t0 = float(m.group(4)) + warmup
+        inside = [r for r in rows if t0 <= r[0] <= t0 + duration]
+        if len(inside) < 2:
+            print(f"{m.group(3)} conns: no samples in the window")
+            continue
+        (ta, a), (tb, b) = inside[0], inside[-1]
+        parts = []
+        for name, cs in groups:
+            busy = sum(b[c][0] - a[c][0] for c in cs)
+            total = sum(b[c][1] - a[c][1] for c in cs)
+            parts.append(f"{name} (CPUs {','.join(map(str, cs))}) {100 * busy / max(total, 1):.0f} %")
+        per = " ".join(f"{100 * (b[c][0] - a[c][0]) / max(b[c][1] - a[c][1], 1):.0f}" for c in range(len(a)))
+        print(f"{m.group(3)} conns, {tb - ta:.1f} s of the window: " + ", ".join(parts) + f"; per CPU % {per}")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) >= 3 and sys.argv[1] == "sample":
+        sample(sys.argv[2])
+    elif len(sys.argv) >= 7 and sys.argv[1] == "summarize":
+        summarize(sys.argv[2], sys.argv[3], float(sys.argv[4]), float(sys.argv[5]), sys.argv[6:])
+    else:
+        sys.exit(__doc__)
