@@ -83,8 +83,11 @@ fi
 [ -n "$DATA" ] || { log "no directory here takes O_DIRECT writes; stopping"; exit 1; }
 echo "data dir $DATA: $(findmnt -n -o FSTYPE,SOURCE,OPTIONS -T "$DATA")" | tee -a "$OUT_DIR/machine.txt" >&2
 
-# A node must start here at all (io_uring, O_DIRECT, memlock): 10 s, else stop now.
-"$BIN_DIR/corelog" serve --role standalone --insecure --data-dir "$DATA/probe" --shard-count 1 \
+# A node must start here at all (io_uring, O_DIRECT, memlock): 10 s, else stop now. It
+# runs under `taskset` on the last CPU and must pin its shard there: the plans' layouts
+# rely on it (a binary without cde77b8 pins shard 0 to CPU 0 whatever its mask).
+last=$((NCPU - 1))
+taskset -c $last "$BIN_DIR/corelog" serve --role standalone --insecure --data-dir "$DATA/probe" --shard-count 1 \
   --listen 127.0.0.1:19390 --metrics-listen 127.0.0.1:19398 >"$OUT_DIR/probe.log" 2>&1 &
 probe=$!
 for _ in $(seq 50); do
@@ -93,7 +96,12 @@ for _ in $(seq 50); do
   sleep 0.2
 done
 if python3 -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:19398/health', timeout=1)" 2>/dev/null; then
+  placed=$(for t in /proc/$probe/task/*; do
+    case $(cat "$t/comm") in shard-*) awk '/^Cpus_allowed_list/ {print $2}' "$t/status" ;; esac
+  done | sort -u | paste -sd' ')
   kill $probe; wait $probe 2>/dev/null; rm -rf "$DATA/probe"
+  [ "$placed" = "$last" ] || { log "the probe node under taskset -c $last pinned its shard to CPU(s) '$placed': this corelog does not pin inside its mask; stopping"; exit 1; }
+  echo "placement ok: a node under taskset -c $last runs its shard on CPU $placed" | tee -a "$OUT_DIR/machine.txt" >&2
 else
   kill -9 $probe 2>/dev/null; log "a standalone node does not start here; its log:"; tail -20 "$OUT_DIR/probe.log" >&2; exit 1
 fi
@@ -132,8 +140,13 @@ floor cpu0 taskset -c 0
 
 # ---- 5. the sweeps
 STATUS=0
+# Stopped from outside (timeout, ^C): stop the running sweep (its trap stops its nodes)
+# and the sampler.
+running=""; sampler=""
+trap '[ -n "$running" ] && kill $running; [ -n "$sampler" ] && kill $sampler; exit 143' TERM INT
 while read -r name shards lcpus fcpus gcpus steps perproc; do
   [ -n "$name" ] || continue
+  [ -n "$perproc" ] || { log "plan line '$name $shards …' needs 7 fields; skipped"; STATUS=1; continue; }
   log "plan $name: $shards shard(s) a node; leader CPUs $lcpus, follower $fcpus, load generators $gcpus; steps $steps"
   python3 benches/cpu_busy.py sample "$OUT_DIR/$name-cpu.txt" &
   sampler=$!
@@ -141,7 +154,10 @@ while read -r name shards lcpus fcpus gcpus steps perproc; do
     STEPS=$steps MAX_PER_PROC=$perproc WARMUP=${WARMUP:-3s} DURATION=${DURATION:-10s} COOLDOWN=${COOLDOWN:-2s} \
     SWEEP_REPS=1 OPEN_RATE=2000 OPEN_STEPS=100 PEERS=none PROFILE_AT= \
     WORK="$DATA/sweep-$name" OUT="$OUT_DIR/$name" \
-    bash benches/sweep.sh >"$OUT_DIR/$name.log" 2>&1 || { STATUS=1; log "plan $name failed: tail of its log:"; tail -20 "$OUT_DIR/$name.log" >&2; }
+    bash benches/sweep.sh >"$OUT_DIR/$name.log" 2>&1 &
+  running=$!
+  wait $running || { STATUS=1; log "plan $name failed: tail of its log:"; tail -20 "$OUT_DIR/$name.log" >&2; }
+  running=""
   kill $sampler; wait $sampler 2>/dev/null
   w=${WARMUP:-3s}; d=${DURATION:-10s}
   python3 benches/cpu_busy.py summarize "$OUT_DIR/$name-cpu.txt" "$OUT_DIR/$name.log" "${w%s}" "${d%s}" \
