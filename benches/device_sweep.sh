@@ -20,7 +20,7 @@
 # PLAN (default below): lines "name shards leader-cpus follower-cpus loadgen-cpus steps
 # max-conns-per-process"; every plan's open loop is 2,000 appends/s over 100 connections.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 ROOT=$(pwd)
 OUT_DIR=${1:?usage: BIN_DIR=dir benches/device_sweep.sh OUT_DIR [PLAN]}
 : "${BIN_DIR:?BIN_DIR: the directory with corelog and corelog-loadgen}"
@@ -152,7 +152,7 @@ while read -r name shards lcpus fcpus gcpus steps perproc; do
   sampler=$!
   SHARDS=$shards LEADER_CPUS=$lcpus FOLLOWER_CPUS=$fcpus LOADGEN_CPUS=$gcpus BIN_DIR=$BIN_DIR \
     STEPS=$steps MAX_PER_PROC=$perproc WARMUP=${WARMUP:-3s} DURATION=${DURATION:-10s} COOLDOWN=${COOLDOWN:-2s} \
-    SWEEP_REPS=1 OPEN_RATE=2000 OPEN_STEPS=100 PEERS=none PROFILE_AT= \
+    SWEEP_REPS=1 OPEN_RATE=2000 OPEN_STEPS=100 PEERS=none PROFILE_AT="" \
     WORK="$DATA/sweep-$name" OUT="$OUT_DIR/$name" \
     bash benches/sweep.sh >"$OUT_DIR/$name.log" 2>&1 &
   running=$!
@@ -163,7 +163,7 @@ while read -r name shards lcpus fcpus gcpus steps perproc; do
   python3 benches/cpu_busy.py summarize "$OUT_DIR/$name-cpu.txt" "$OUT_DIR/$name.log" "${w%s}" "${d%s}" \
     "leader=$lcpus" "follower=$fcpus" "loadgen=$gcpus" | tee "$OUT_DIR/$name-busy.txt" >&2
   for f in "$OUT_DIR/$name"/*.md; do [ -e "$f" ] && cp "$f" "$OUT_DIR/$name.md"; done
-  rm -rf "$OUT_DIR/$name" "$DATA/sweep-$name"
+  rm -rf "${OUT_DIR:?}/$name" "${DATA:?}/sweep-$name"
 done <<<"$PLAN"
 
 # ---- 6. optional A/B against an older tree's server (AB_OLD=dir with its corelog), ABBA,
@@ -180,9 +180,9 @@ if [ -n "${AB_OLD:-}" ]; then
     for side in $order; do
       bin=$BIN_DIR; [ "$side" = old ] && bin=$DATA/ab-old-bin
       log "A/B round $r: $side ($AB_STEPS, $AB_SHARDS co-located shards, load generators on CPUs $AB_SHARDS-$((NCPU - 1)))"
-      SHARDS=$AB_SHARDS LEADER_CPUS= FOLLOWER_CPUS= LOADGEN_CPUS=$AB_SHARDS-$((NCPU - 1)) BIN_DIR=$bin \
+      SHARDS=$AB_SHARDS LEADER_CPUS="" FOLLOWER_CPUS="" LOADGEN_CPUS=$AB_SHARDS-$((NCPU - 1)) BIN_DIR=$bin \
         STEPS=$AB_STEPS MAX_PER_PROC=6000 WARMUP=${WARMUP:-3s} DURATION=${DURATION:-10s} COOLDOWN=${COOLDOWN:-2s} \
-        SWEEP_REPS=1 OPEN_RATE= PEERS=none PROFILE_AT= WORK="$DATA/ab" OUT="$DATA/ab-md" \
+        SWEEP_REPS=1 OPEN_RATE="" PEERS=none PROFILE_AT="" WORK="$DATA/ab" OUT="$DATA/ab-md" \
         bash benches/sweep.sh >"$OUT_DIR/ab-$r-$side.log" 2>&1 || STATUS=1
       python3 - "$DATA/ab/out/closed.json" "$r" "$side" >>"$OUT_DIR/ab.tsv" <<'EOF2' || STATUS=1
 import json, sys
