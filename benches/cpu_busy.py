@@ -18,6 +18,8 @@ import re
 import sys
 import time
 
+from pin import cpus  # benches/pin.py: "0-4,7" → {0, 1, 2, 3, 4, 7}
+
 HZ = os.sysconf("SC_CLK_TCK")
 
 
@@ -40,14 +42,6 @@ def sample(path):
             time.sleep(0.5)
 
 
-def cpus(spec):
-    out = []
-    for part in spec.split(","):
-        lo, _, hi = part.partition("-")
-        out.extend(range(int(lo), int(hi or lo) + 1))
-    return out
-
-
 def summarize(samples, log, warmup, duration, groups):
     rows = []
     for line in open(samples):
@@ -56,7 +50,7 @@ def summarize(samples, log, warmup, duration, groups):
             continue
         vals = [int(x) for x in f[1:]]
         rows.append((float(f[0]), list(zip(vals[0::2], vals[1::2]))))
-    groups = [(g.split("=")[0], cpus(g.split("=")[1])) for g in groups]
+    groups = [(g.split("=")[0], sorted(cpus(g.split("=")[1]))) for g in groups]
     for line in open(log):
         m = re.search(r"\[(\d+)/(\d+)\] (\d+) conns, run \S+: .*all start at UNIX ([0-9.]+)", line)
         if not m:

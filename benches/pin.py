@@ -14,7 +14,8 @@ def cpus(spec):
     return out
 
 
-if len(sys.argv) < 3:
-    sys.exit(__doc__)
-os.sched_setaffinity(0, cpus(sys.argv[1]))
-os.execvp(sys.argv[2], sys.argv[2:])
+if __name__ == "__main__":
+    if len(sys.argv) < 3:
+        sys.exit(__doc__)
+    os.sched_setaffinity(0, cpus(sys.argv[1]))
+    os.execvp(sys.argv[2], sys.argv[2:])
