@@ -187,7 +187,8 @@ pub fn sweep_markdown(r: &SweepReport, svg_name: Option<&str>) -> String {
             timeouts = no answer within the timeout, lost connections and failed connects; \
             ET@T = Effective Throughput = acked/s × T ÷ p50; srv/lg CPU s = CPU seconds (user+system, \
             /proc/PID/stat) of the server processes / load-generator processes during the window, all CPU s = busy \
-            CPU seconds of the whole machine in the window (/proc/stat; the rest is other processes), \
+            CPU seconds of the whole machine in the window (wall time × CPUs less idle: /proc/uptime, \
+            /proc/stat; the rest is other processes), \
             out of cpus × window available, softirq s = its softirq part (loopback TCP receive \
             work; here it is also inside the CPU of whichever process was running); \
             connect s = time to open every mTLS connection.\n";
