@@ -34,6 +34,8 @@ if [ "$NCPU" -lt 16 ]; then DEFAULT_PLAN="s1 1 0 1 0-$((NCPU - 1)) 1,1k 9000"; f
 PLAN=${2:-$DEFAULT_PLAN}
 mkdir -p "$OUT_DIR"
 log() { echo "device_sweep.sh: $*" >&2; }
+# shellcheck source=benches/lib.sh
+. benches/lib.sh   # cl_health_once
 
 # ---- 1. the machine
 {
@@ -90,12 +92,13 @@ last=$((NCPU - 1))
 taskset -c $last "$BIN_DIR/corelog" serve --role standalone --insecure --data-dir "$DATA/probe" --shard-count 1 \
   --listen 127.0.0.1:19390 --metrics-listen 127.0.0.1:19398 >"$OUT_DIR/probe.log" 2>&1 &
 probe=$!
+up=0
 for _ in $(seq 50); do
-  python3 -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:19398/health', timeout=1)" 2>/dev/null && break
+  cl_health_once 19398 && { up=1; break; }
   kill -0 $probe 2>/dev/null || break
   sleep 0.2
 done
-if python3 -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:19398/health', timeout=1)" 2>/dev/null; then
+if [ $up = 1 ]; then
   placed=$(for t in /proc/$probe/task/*; do
     case $(cat "$t/comm") in shard-*) awk '/^Cpus_allowed_list/ {print $2}' "$t/status" ;; esac
   done | sort -u | paste -sd' ')

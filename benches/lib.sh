@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# Sourced by the bench scripts (ab.sh, floor_by_cpu.sh, profile.sh): starting a local
+# Sourced by the bench scripts (ab.sh, floor_by_cpu.sh, profile.sh, sweep.sh, device_sweep.sh): starting a local
 # pair or a standalone node and reading its costs, written once.
 #
 # Ports: leader client 24400, replication 24500, metrics 24600 (+ s for process s);
@@ -16,10 +16,15 @@ cl_tls() {
 cl_client_tls() {
   if [ "${CL_INSECURE:-0}" = 1 ]; then echo "--insecure"; else echo "--ca $1/ca.pem --cert $1/client.pem --key $1/client.key"; fi
 }
+# 0 when 127.0.0.1:$1/health answers 200 now (curl, or python where there is none).
+cl_health_once() {
+  if command -v curl >/dev/null; then curl -sf "http://127.0.0.1:$1/health" >/dev/null
+  else python3 -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:$1/health', timeout=2)" 2>/dev/null; fi
+}
 # Waits up to 30 s for 127.0.0.1:$1/health to answer.
 cl_healthy() {
   local _
-  for _ in $(seq 1 300); do curl -sf "http://127.0.0.1:$1/health" >/dev/null && return 0; sleep 0.1; done
+  for _ in $(seq 1 300); do cl_health_once "$1" && return 0; sleep 0.1; done
   echo "no health on :$1" >&2; return 1
 }
 # utime + stime of a process, in clock ticks.

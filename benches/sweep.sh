@@ -76,10 +76,8 @@ pin() {
   [ -n "$1" ] || return 0
   if command -v taskset >/dev/null; then echo "taskset -c $1"; else echo "python3 $ROOT/benches/pin.py $1"; fi
 }
-healthy() { # metrics port → 0 when /health answers 200 (curl, or python where there is none)
-  if command -v curl >/dev/null; then curl -sf "http://127.0.0.1:$1/health" >/dev/null
-  else python3 -c "import sys, urllib.request; urllib.request.urlopen('http://127.0.0.1:$1/health', timeout=2)" 2>/dev/null; fi
-}
+# shellcheck source=benches/lib.sh
+. benches/lib.sh   # cl_health_once
 CORELOG=$WORK/bin/corelog
 LOADGEN=$WORK/bin/corelog-loadgen
 log "binaries: $(sha256sum "$CORELOG" | cut -c1-12) corelog, $(sha256sum "$LOADGEN" | cut -c1-12) corelog-loadgen; tree $REV$(git diff --quiet HEAD -- server client loadgen 2>/dev/null || echo ' (or uncommitted changes / no git)')"
@@ -126,7 +124,7 @@ start_nodes() {
   for port in ${LEADER_METRICS//,/ } ${FOLLOWER_METRICS//,/ }; do
     port=${port#127.0.0.1:}
     for i in $(seq 120); do
-      healthy "$port" && break
+      cl_health_once "$port" && break
       [ "$i" = 120 ] && { log "node on metrics port $port not healthy"; tail -5 "$WORK"/*.log; exit 1; }
       sleep 0.5
     done
