@@ -4,8 +4,10 @@
 #
 #   BIN_DIR=dir benches/device_sweep.sh OUT_DIR [PLAN]
 #
-# BIN_DIR holds corelog and corelog-loadgen (x86-64, glibc ≥ the build machine's). It
-#   1. prints the machine: CPUs, kernel, memory, limits, io_uring switch, tools;
+# BIN_DIR holds corelog and corelog-loadgen (x86-64, glibc ≥ the build machine's), and
+# optionally tls_roundtrip (benches/cpu_speed.sh). It
+#   1. prints the machine: CPUs, kernel, memory, limits, io_uring switch, tools, and how
+#      fast its CPUs run a fixed user-space load (with tls_roundtrip);
 #   2. raises the open-file limit (36,000 connections need it) and memlock;
 #   3. picks a data directory on a filesystem that honours O_DIRECT (not tmpfs or
 #      overlayfs: corelog refuses those) — DATA_ROOT, else the first that works of the
@@ -52,6 +54,13 @@ log() { echo "device_sweep.sh: $*" >&2; }
   echo "limits: open files $(ulimit -n), memlock $(ulimit -l)"
   "$BIN_DIR/corelog" --version 2>&1 | head -1
 } | tee "$OUT_DIR/machine.txt" >&2
+# How fast these CPUs run a fixed user-space load (benches/cpu_speed.sh): CPU-per-append
+# figures of two machine kinds compare only through it.
+if [ -x "$BIN_DIR/tls_roundtrip" ]; then
+  BIN=$BIN_DIR bash benches/cpu_speed.sh | tee -a "$OUT_DIR/machine.txt" >&2
+else
+  echo "cpu speed: not measured (no tls_roundtrip in BIN_DIR)" | tee -a "$OUT_DIR/machine.txt" >&2
+fi
 ulimit -n 1048576 2>/dev/null || ulimit -n 65536 2>/dev/null
 ulimit -l unlimited 2>/dev/null || true
 
@@ -99,7 +108,7 @@ for _ in $(seq 50); do
   sleep 0.2
 done
 if [ $up = 1 ]; then
-  placed=$(for t in /proc/$probe/task/*; do
+  placed=$(for t in "/proc/$probe/task/"*; do
     case $(cat "$t/comm") in shard-*) awk '/^Cpus_allowed_list/ {print $2}' "$t/status" ;; esac
   done | sort -u | paste -sd' ')
   kill $probe; wait $probe 2>/dev/null; rm -rf "$DATA/probe"
