@@ -11,29 +11,26 @@ use std::time::Instant;
 
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
 
-/// Moves every TLS byte `from` has queued into `to` and processes it.
-fn pump(from: &mut rustls::Connection, to: &mut rustls::Connection, buf: &mut Vec<u8>) {
+/// Moves every TLS byte `from` has queued into `to` and processes it; the state after
+/// the last record processed (None when nothing was queued).
+fn pump(from: &mut rustls::Connection, to: &mut rustls::Connection, buf: &mut Vec<u8>) -> Option<rustls::IoState> {
     buf.clear();
     while from.wants_write() {
         from.write_tls(buf).expect("write_tls to a Vec");
     }
     let mut s = &buf[..];
+    let mut state = None;
     while !s.is_empty() {
         to.read_tls(&mut s).expect("read_tls from a slice");
-        to.process_new_packets().expect("handshake records");
+        state = Some(to.process_new_packets().expect("valid records"));
     }
+    state
 }
 
 /// Sends `msg` from `from` to `to` as one record and reads it back out of `to`.
 fn send(from: &mut rustls::Connection, to: &mut rustls::Connection, msg: &[u8], out: &mut Vec<u8>, plain: &mut [u8]) {
     from.writer().write_all(msg).expect("plaintext in");
-    out.clear();
-    while from.wants_write() {
-        from.write_tls(out).expect("write_tls to a Vec");
-    }
-    let mut s = &out[..];
-    to.read_tls(&mut s).expect("read_tls from a slice");
-    let n = to.process_new_packets().expect("a valid record").plaintext_bytes_to_read();
+    let n = pump(from, to, out).expect("a record was sent").plaintext_bytes_to_read();
     assert_eq!(n, msg.len(), "one record carries the whole message");
     to.reader().read_exact(&mut plain[..n]).expect("plaintext out");
 }
