@@ -14,11 +14,9 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 R="${1:-3}"; SECS="${SECS:-6}"; BIN="${BIN:-target/release}"
-for b in corelog corelog-loadgen pair_floor pair_floor_glommio; do
-  [ -x "$BIN/$b" ] || { echo "cpu_layers: $BIN/$b is not built (cargo build --release)" >&2; exit 2; }
-done
 # shellcheck source=benches/lib.sh
 . benches/lib.sh
+cl_need_bins cpu_layers "$BIN" corelog corelog-loadgen pair_floor pair_floor_glommio
 mkdir -p target
 W=$(mktemp -d -p "$PWD/target" layers.XXXX)
 cleanup() { cl_stop; rm -rf "$W"; }

@@ -26,12 +26,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 R=${1:-3}
 BIN=${BIN:-target/release}
-for b in corelog corelog-loadgen pair_floor; do
-  [ -x "$BIN/$b" ] || { echo "floor_by_cpu: $BIN/$b is not built (cargo build --release)" >&2; exit 2; }
-done
 command -v fio >/dev/null || { echo "floor_by_cpu: fio is not installed (apt-get install fio)" >&2; exit 2; }
 # shellcheck source=benches/lib.sh
 . benches/lib.sh
+cl_need_bins floor_by_cpu "$BIN" corelog corelog-loadgen pair_floor
 NCPU=$(nproc)
 W=$(mktemp -d -p "$PWD/target" floor.XXXX)
 cleanup() { cl_stop; wait 2>/dev/null || true; rm -rf "$W"; }

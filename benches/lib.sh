@@ -27,6 +27,14 @@ cl_healthy() {
   for _ in $(seq 1 300); do cl_health_once "$1" && return 0; sleep 0.1; done
   echo "no health on :$1" >&2; return 1
 }
+# Exits the calling script (status 2) unless every binary named after $1 (the script's
+# name, for the message) and $2 (the bin dir) is built there.
+cl_need_bins() {
+  local who=$1 dir=$2 b; shift 2
+  for b in "$@"; do
+    [ -x "$dir/$b" ] || { echo "$who: $dir/$b is not built (cargo build --release)" >&2; exit 2; }
+  done
+}
 # utime + stime of a process, in clock ticks.
 cl_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 # cl_ticks summed over the nodes cl_start started.

@@ -17,11 +17,9 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 SECS="${1:-3}"; BIN="${BIN:-target/release}"
 command -v perf >/dev/null || { echo "syscall_counts: perf not found (apt-get install linux-perf)" >&2; exit 2; }
-for b in corelog corelog-loadgen pair_floor pair_floor_glommio; do
-  [ -x "$BIN/$b" ] || { echo "syscall_counts: $BIN/$b is not built (cargo build --release)" >&2; exit 2; }
-done
 # shellcheck source=benches/lib.sh
 . benches/lib.sh
+cl_need_bins syscall_counts "$BIN" corelog corelog-loadgen pair_floor pair_floor_glommio
 mkdir -p target
 W=$(mktemp -d -p "$PWD/target" syscalls.XXXX)
 PIDS=()
