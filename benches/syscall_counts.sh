@@ -9,7 +9,9 @@
 # open2k); corelog at 2,000/s over 100 connections (1,000/s on each of its 2 shards).
 # `perf trace -s` on the leader and the follower (every thread) for SECS seconds after
 # 4 s of load; appends in that window from the leader's metrics (corelog) or the fixed
-# open-loop rate (the pairs); context switches from /proc over the same window.
+# open-loop rate (the pairs); context switches from /proc over the same window (so under
+# tracing: higher than pair_floor.sh's). That window also spans perf's start and stop, so
+# every rung's calls per append read a few per cent low alike.
 # Prints, per rung and process, each system call's count per append and their sum.
 #
 # Usage: benches/syscall_counts.sh [SECS=3]   (env BIN=target/release; needs perf)
@@ -91,8 +93,8 @@ for line in open(os.path.join(w, "rows")):
             m = re.match(r"\s+([a-z_0-9]+)\s+(\d+)\s+\d+\s", l)
             if m:
                 calls[m.group(1)] = calls.get(m.group(1), 0) + int(m.group(2))
-        # Once-a-second housekeeping threads (TLS reload) are counted too: they are the
-        # process's cost as much as the shards'.
+        # Housekeeping threads (the certificate reload check, 10 a second) count too:
+        # they are the process's cost as much as the shards'.
         tot = sum(calls.values())
         per = ", ".join(f"{k} {v / n:.2f}" for k, v in sorted(calls.items(), key=lambda kv: -kv[1]) if v / n >= 0.01)
         print(f"{rung:8s} {who:8s} {n:6d} appends: {tot / n:5.2f} calls/append ({per}); context switches/append {sw / n:.2f}")
