@@ -35,6 +35,24 @@ cl_need_bins() {
     [ -x "$dir/$b" ] || { echo "$who: $dir/$b is not built (cargo build --release)" >&2; exit 2; }
   done
 }
+# Appends the leader (metrics port 24600, process 0 of cl_start) has counted.
+cl_appends_total() { curl -s http://127.0.0.1:24600/metrics | awk '/^corelog_appends_total/{s += $2} END {print s + 0}'; }
+# Starts one bare pair (benches/pair_floor.rs, or pair_floor_glommio.rs for way glommio):
+# $1 bin dir, $2 way (uring|pwrite|none|glommio), $3 CPU both are pinned to, $4 the
+# leader's port (the follower listens on the next), $5 prefix of their files (<prefix>l.dat,
+# <prefix>f.dat). Sets PF_LEADER and PF_FOLLOWER (pids); call it directly, not in $(...).
+cl_pair_floor_start() {
+  local bin=$1 way=$2 cpu=$3 port=$4 pre=$5 node="$1/pair_floor"
+  local fd=(--engine "$way" --file "${pre}f.dat") ld=(--engine "$way" --file "${pre}l.dat")
+  [ "$way" = none ] && { fd=(--file none); ld=(--file none); }
+  [ "$way" = glommio ] && { fd=(--file "${pre}f.dat"); ld=(--file "${pre}l.dat"); node="$bin/pair_floor_glommio"; }
+  taskset -c "$cpu" "$node" follower --listen "127.0.0.1:$((port + 1))" "${fd[@]}" &
+  # shellcheck disable=SC2034 # read by the caller
+  PF_FOLLOWER=$!
+  taskset -c "$cpu" "$node" leader --listen "127.0.0.1:$port" --follower "127.0.0.1:$((port + 1))" "${ld[@]}" &
+  # shellcheck disable=SC2034 # read by the caller
+  PF_LEADER=$!
+}
 # utime + stime of a process, in clock ticks.
 cl_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 # cl_ticks summed over the nodes cl_start started.

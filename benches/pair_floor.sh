@@ -37,6 +37,8 @@ fi
 PAIRS="${PAIRS:-2}"; FIRST_CPU="${FIRST_CPU:-0}"
 if [ "$PAIRS" -lt 1 ] || [ "$CONNS" -lt "$PAIRS" ]; then echo "pair_floor.sh: PAIRS=$PAIRS, CONNS=$CONNS?" >&2; exit 1; fi
 [ "$(nproc)" -ge "$PAIRS" ] || { echo "pair_floor.sh: $PAIRS pairs need $PAIRS CPUs (found $(nproc))" >&2; exit 1; }
+# shellcheck source=benches/lib.sh
+. benches/lib.sh
 mkdir -p target
 W="$(mktemp -d -p "$PWD/target" pair_floor.XXXX)"
 PIDS=()
@@ -49,14 +51,8 @@ one() {
   PIDS=()
   for ((s = 0; s < PAIRS; s++)); do
     cpu=$(((FIRST_CPU + s) % $(nproc)))
-    local disk=(--engine "$1" --file "$W/f$s.dat") ldisk=(--engine "$1" --file "$W/l$s.dat") node="$BIN/pair_floor"
-    [ "$1" = none ] && { disk=(--file none); ldisk=(--file none); }
-    [ "$1" = glommio ] && { disk=(--file "$W/f$s.dat"); ldisk=(--file "$W/l$s.dat"); node="$BIN/pair_floor_glommio"; }
-    taskset -c "$cpu" "$node" follower --listen "127.0.0.1:$((24711 + 10 * s))" "${disk[@]}" &
-    local f=$!
-    taskset -c "$cpu" "$node" leader --listen "127.0.0.1:$((24710 + 10 * s))" \
-      --follower "127.0.0.1:$((24711 + 10 * s))" "${ldisk[@]}" &
-    local l=$!
+    cl_pair_floor_start "$BIN" "$1" "$cpu" $((24710 + 10 * s)) "$W/p$s-"
+    local f=$PF_FOLLOWER l=$PF_LEADER
     PIDS+=("$f" "$l")
     taskset -c "$cpu" timeout 120 "$BIN/pair_floor" client --target "127.0.0.1:$((24710 + 10 * s))" \
       --connections $((CONNS / PAIRS)) --rate $((RATE / PAIRS)) --warmup 4 --duration "$SECS" \

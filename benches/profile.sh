@@ -49,7 +49,7 @@ for level in $LEVELS; do
   G=$!
   sleep 4 # connected and warmed up (the load generator's own warm-up is 1 s)
   c0=("$(cl_ticks "$L")" "$(cl_ticks "$F")" "$(cl_ticks "$G")" "$(cl_switches "$L")" "$(cl_switches "$F")")
-  a0=$(curl -s http://127.0.0.1:24600/metrics | awk '/^corelog_appends_total/{s += $2} END {print s + 0}')
+  a0=$(cl_appends_total)
   t0=$(date +%s.%N)
   pp=()
   for who in leader follower loadgen; do
@@ -63,7 +63,7 @@ for level in $LEVELS; do
   wait "${pp[@]}" || true
   t1=$(date +%s.%N)
   c1=("$(cl_ticks "$L")" "$(cl_ticks "$F")" "$(cl_ticks "$G")" "$(cl_switches "$L")" "$(cl_switches "$F")")
-  a1=$(curl -s http://127.0.0.1:24600/metrics | awk '/^corelog_appends_total/{s += $2} END {print s + 0}')
+  a1=$(cl_appends_total)
   wait "$G" || true
   cl_stop
   for who in leader follower loadgen; do

@@ -29,32 +29,27 @@ cleanup() { kill "${PIDS[@]}" 2>/dev/null || true; cl_stop; wait 2>/dev/null || 
 trap cleanup EXIT
 "$BIN/corelog" certs --out "$W/certs" >/dev/null
 
-appends_total() { curl -s http://127.0.0.1:24600/metrics | awk '/^corelog_appends_total/{s += $2} END {print s + 0}'; }
-
 # $1 rung, $2 leader pid, $3 follower pid, $4 "rate" (appends = rate × window) or "metrics"
 measure() {
   local t0 t1 a0 a1 s0l s0f n
   sleep 4
   s0l=$(cl_switches "$2"); s0f=$(cl_switches "$3")
-  [ "$4" = metrics ] && a0=$(appends_total)
+  [ "$4" = metrics ] && a0=$(cl_appends_total)
   t0=$(date +%s.%N)
   timeout -s INT "$SECS" perf trace -s -p "$2" -o "$W/$1.leader" >/dev/null 2>&1 &
   local tl=$!
   timeout -s INT "$SECS" perf trace -s -p "$3" -o "$W/$1.follower" >/dev/null 2>&1 || true
   wait "$tl" || true
   t1=$(date +%s.%N)
-  [ "$4" = metrics ] && a1=$(appends_total)
+  [ "$4" = metrics ] && a1=$(cl_appends_total)
   if [ "$4" = metrics ]; then n=$((a1 - a0)); else n=$(python3 -c "print(round(1000 * ($t1 - $t0)))"); fi
   echo "$1 $n $(($(cl_switches "$2") - s0l)) $(($(cl_switches "$3") - s0f))" >>"$W/rows"
 }
 
 pair() { # $1 = bare|glommio
-  local node="$BIN/pair_floor" fd=(--engine uring --file "$W/f.dat") ld=(--engine uring --file "$W/l.dat")
-  [ "$1" = glommio ] && { node="$BIN/pair_floor_glommio"; fd=(--file "$W/f.dat"); ld=(--file "$W/l.dat"); }
-  taskset -c 0 "$node" follower --listen 127.0.0.1:24811 "${fd[@]}" &
-  local f=$!
-  taskset -c 0 "$node" leader --listen 127.0.0.1:24810 --follower 127.0.0.1:24811 "${ld[@]}" &
-  local l=$!
+  local way=uring; [ "$1" = glommio ] && way=glommio
+  cl_pair_floor_start "$BIN" "$way" 0 24810 "$W/"
+  local f=$PF_FOLLOWER l=$PF_LEADER
   PIDS=("$f" "$l")
   taskset -c 0 timeout 120 "$BIN/pair_floor" client --target 127.0.0.1:24810 --connections 50 --rate 1000 \
     --warmup 3 --duration $((SECS + 3)) --leader-pid "$l" --follower-pid "$f" >"$W/$1.client" 2>&1 &
