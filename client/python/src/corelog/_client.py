@@ -5,22 +5,26 @@ ports; tails, subscriptions and producers are made here and live in their own mo
 from __future__ import annotations
 
 import asyncio
-import time
-from typing import Any, Dict, Iterable, List, Optional
+from typing import Any, Callable, Dict, Iterable, List, Optional, TypeVar
 
 from . import codec
-from .codec import Append2, Expect, ExpectLike, Record, StreamReq
+from .codec import Append2, Expect, ExpectLike, Frame, Record, StreamReq
 from .errors import (
-    CorelogError, Fenced, InvalidArgument, NotLeader, NotSent, ProtocolError, Unavailable, Unreachable,
+    ClientClosed, ConfigError, CorelogError, InvalidArgument, NotLeader, NotSent, ProtocolError, ServerError,
+    Unreachable,
 )
 from .types import ClientConfig, Position, ServerInfo, StreamAppended, StreamRead
 from ._connection import (
-    _BACKOFF_MAX, _BACKOFF_START, Addrs, Connection, _check_name, _check_payload, _records, _response, _why,
+    Addrs, Connection, _check_addrs, _check_int, _check_name, _check_payload, _records, _response, _why,
+    config_error, log,
 )
 from ._producer import Producer
 from ._push import Subscription, Tail
+from ._retry import LOST, MOVE, Attempts
 
 __all__ = ["Client", "connect"]
+
+T = TypeVar("T")
 
 
 class Client:
@@ -29,15 +33,15 @@ class Client:
     ``addrs``: ``"host:port"`` or several, ``"A,B"`` (or a list), the nodes' client
     addresses. TLS settings as :class:`~corelog.types.ClientConfig` (``ca``, ``cert``,
     ``key`` or ``certs=DIR``; ``server_name``; ``insecure``) and its timeouts, or
-    ``config=``. Use ``async with`` (or :meth:`connect` then :meth:`close`).
+    ``config=``. Use ``async with`` (or :meth:`connect` then :meth:`close`). A bad address
+    or certificate path raises :class:`~corelog.errors.ConfigError` here.
     """
 
     def __init__(self, addrs: Addrs, config: Optional[ClientConfig] = None, *,
-                 _shard: Optional[int] = None, _given: Optional[List[str]] = None, **settings: Any) -> None:
+                 _shard: Optional[int] = None, _given: Optional[List[str]] = None,
+                 _parent: Optional["Client"] = None, **settings: Any) -> None:
         self.config = ClientConfig.of(config, **settings)
-        given = codec.split_addrs(addrs)
-        if not given:
-            raise ValueError(f"no address in {addrs!r}")
+        given = _check_addrs(addrs)
         self._given = _given if _given is not None else given
         self._shard = _shard
         self._addrs = [codec.shard_addr(a, _shard) for a in given] if _shard is not None else given
@@ -47,6 +51,9 @@ class Client:
         self._lock: Optional[asyncio.Lock] = None
         self._by_shard: Dict[int, "Client"] = {}
         self._closed = False
+        #: The client whose shard count this one shares (shard clients: their maker).
+        self._root: Client = _parent._root if _parent is not None else self
+        self._count: Optional[int] = None
 
     # ------------------------------------------------------------------ connections
 
@@ -58,17 +65,25 @@ class Client:
         await self.close()
 
     async def connect(self) -> "Client":
-        """Connects now (else the first request does): :class:`Unreachable` if no node answers."""
+        """Connects now (else the first request does): :class:`Unreachable` if no node
+        answers, :class:`~corelog.errors.ConfigError` if the TLS settings cannot work."""
         await self._connection()
         return self
 
     async def close(self) -> None:
+        """Closes the connections (this client's and its shard clients'); later calls
+        raise :class:`~corelog.errors.ClientClosed`."""
         self._closed = True
         for c in list(self._by_shard.values()):
             await c.close()
         if self._conn is not None:
             await self._conn.aclose()
             self._conn = None
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._closed
 
     @property
     def shard(self) -> Optional[int]:
@@ -80,9 +95,32 @@ class Client:
         return (await self._connection()).info
 
     async def shard_count(self) -> int:
-        return max(1, (await self._connection()).info.shard_count)
+        """The cluster's shard count (from the first ``HelloOk``; it never changes)."""
+        root = self._root
+        if root._count is None:
+            root._count = max(1, (await self._connection()).info.shard_count)
+        return root._count
 
-    async def _connection(self) -> Connection:
+    async def _shard_count(self, attempts: Attempts) -> int:
+        """:meth:`shard_count`, following leadership within ``attempts``' budget."""
+        while True:
+            try:
+                return await self.shard_count_within(attempts.left())
+            except Unreachable as e:
+                await attempts.pause(e)
+
+    async def shard_count_within(self, budget: float) -> int:
+        """:meth:`shard_count`, connecting for at most ``budget`` seconds."""
+        root = self._root
+        if root._count is None:
+            root._count = max(1, (await self._connection(budget)).info.shard_count)
+        return root._count
+
+    async def _connection(self, budget: Optional[float] = None) -> Connection:
+        """The current connection, or a new one to the first address that answers (a
+        leader named by ``NotLeader`` first), each within ``connect_timeout`` and all
+        within ``budget`` seconds. :class:`Unreachable` if none answers;
+        :class:`ConfigError` if none answers and one failed for a reason no retry cures."""
         if self._lock is None:
             self._lock = asyncio.Lock()
         async with self._lock:
@@ -90,24 +128,31 @@ class Client:
             if c is not None and not c.closed:
                 return c
             if self._closed:
-                raise NotSent("client closed")
+                raise ClientClosed("the client is closed")
+            loop = asyncio.get_running_loop()
+            end = None if budget is None else loop.time() + budget
             errs = []
+            bad: Optional[ConfigError] = None
             hint, self._hint = self._hint, None
-            if hint is not None:
+            order = ([hint] if hint is not None else []) + \
+                [self._addrs[(self._next + k) % len(self._addrs)] for k in range(len(self._addrs))]
+            for k, a in enumerate(order):
+                timeout = self.config.connect_timeout if end is None else min(self.config.connect_timeout,
+                                                                              end - loop.time())
+                if timeout <= 0:
+                    errs.append(f"{a}: failover budget spent")
+                    break
                 try:
-                    self._conn = await Connection.open(hint, self.config)
+                    self._conn = await Connection.open(a, self.config, timeout=timeout)
                     return self._conn
-                except (OSError, asyncio.TimeoutError, CorelogError, ValueError) as e:
-                    errs.append(f"{hint}: {_why(e)}")
-            for _ in range(len(self._addrs)):
-                i = self._next % len(self._addrs)
-                a = self._addrs[i]
-                try:
-                    self._conn = await Connection.open(a, self.config)
-                    return self._conn
-                except (OSError, asyncio.TimeoutError, CorelogError, ValueError) as e:
+                except (OSError, asyncio.TimeoutError, CorelogError) as e:
                     errs.append(f"{a}: {_why(e)}")
-                    self._next = i + 1
+                    bad = bad or config_error(a, self.config, e)
+                    if a is not hint:
+                        self._next = (self._addrs.index(a) + 1) % len(self._addrs)
+            if bad is not None:
+                raise bad
+            log.info("no node reachable: %s", "; ".join(errs))
             raise Unreachable("no node reachable: " + "; ".join(errs))
 
     def _move_on(self, old: Connection, to: Optional[str] = None) -> None:
@@ -129,42 +174,45 @@ class Client:
                 self._next += 1
             else:
                 self._next += 1
+            log.info("leaving %s; next: %s", old.addr, to or self._addrs[self._next % len(self._addrs)])
 
-    async def _submit(self, frame: bytes) -> codec.Response:
-        """Sends an append and returns its successful answer, following leadership while
-        nothing was written."""
-        give_up = time.monotonic() + self.config.failover_timeout
-        backoff = _BACKOFF_START
+    async def _submit(self, frame: bytes, parse: Callable[[Frame], T], attempts: Attempts) -> T:
+        """Sends an append and returns ``parse`` of its answer, following leadership while
+        nothing was written; the one retry path of plain and stream appends (producers
+        use the same :class:`Attempts` and :func:`step`). Raises the last error with the
+        outcome over all attempts, or :class:`~corelog.errors.Cancelled`."""
         while True:
+            fut = None
             try:
-                conn = await asyncio.wait_for(self._connection(), max(0.0, give_up - time.monotonic()))
-            except asyncio.TimeoutError:
-                raise Unreachable("failover budget spent connecting") from None
-            except Unreachable as e:
-                err: CorelogError = e
-            else:
                 try:
-                    reply = await conn.call(frame, self.config.request_timeout)
-                except NotSent as e:
-                    self._move_on(conn)
-                    err = e
-                except CorelogError:
-                    self._move_on(conn)
-                    raise  # sent, no answer: outcome unknown, never re-sent
+                    conn = await self._connection(attempts.left())
+                except Unreachable as e:
+                    err: CorelogError = e
                 else:
+                    attempts.sending()
                     try:
-                        return _response(reply)
-                    except NotLeader as e:
-                        self._move_on(conn, e.leader or None)
-                        err = e
-                    except (Unavailable, Fenced) as e:
+                        fut = conn.send(frame)
+                    except NotSent as e:
+                        attempts.unsent()
                         self._move_on(conn)
                         err = e
-            # Nothing was written: try again, elsewhere, until the budget ends.
-            if time.monotonic() + backoff >= give_up:
-                raise err
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, _BACKOFF_MAX)
+                    else:
+                        await conn.drain()
+                        try:
+                            return parse(await conn.wait(fut, self.config.request_timeout))
+                        except CorelogError as e:
+                            err = e
+                        what = attempts.answered(err)
+                        if what == LOST:
+                            if not isinstance(err, ServerError):
+                                self._move_on(conn)  # the connection broke or hangs
+                            raise attempts.fail(err)
+                        if what != MOVE:
+                            raise attempts.fail(err)
+                        self._move_on(conn, err.leader or None if isinstance(err, NotLeader) else None)
+                await attempts.pause(err)
+            except asyncio.CancelledError:
+                raise attempts.cancelled(fut, parse) from None
 
     async def _request(self, frame: bytes) -> codec.Response:
         """A request that writes nothing (a read); a failure drops the connection."""
@@ -177,12 +225,24 @@ class Client:
         return _response(reply)
 
     async def for_shard(self, shard: int) -> "Client":
-        """A client of ``shard``'s direct ports on the same nodes (made once, shared)."""
+        """A client of ``shard``'s direct ports on the same nodes (made once, shared);
+        :class:`InvalidArgument` if the cluster has no such shard."""
+        _check_int("shard", shard, 16)
         if self._shard == shard:
             return self
+        count = await self.shard_count()
+        if shard >= count:
+            raise InvalidArgument(f"shard {shard} does not exist: the cluster has {count} (0 to {count - 1})")
+        return self._shard_client(shard)
+
+    def _shard_client(self, shard: int) -> "Client":
+        if self._shard == shard:
+            return self
+        if self._closed:
+            raise ClientClosed("the client is closed")
         c = self._by_shard.get(shard)
         if c is None:
-            c = Client(self._given, self.config, _shard=shard)
+            c = Client(self._given, self.config, _shard=shard, _parent=self)
             self._by_shard[shard] = c
         return c
 
@@ -192,17 +252,23 @@ class Client:
         return codec.stream_shard(stream, await self.shard_count())
 
     async def for_stream(self, stream: str) -> "Client":
+        """The client of the shard that holds ``stream`` (see :meth:`for_shard`)."""
         return await self.for_shard(await self.shard_of(stream))
 
     # ------------------------------------------------------------------ appends and reads
 
     async def append(self, payload: bytes) -> Position:
-        """Appends one event; returns its position once it is durable on every replica."""
+        """Appends one event; returns its position once it is durable on every replica.
+        Follows leadership within ``failover_timeout``; a failure's ``outcome`` says
+        whether it may be in the log, a cancellation raises
+        :class:`~corelog.errors.Cancelled` with the outcome (docs/protocol.md §6)."""
+        return await self._append(payload)
+
+    async def _append(self, payload: bytes, gate: Optional[Callable[[], bool]] = None) -> Position:
         _check_payload(payload)
-        r = await self._submit(codec.Append(bytes(payload)).encode(0))
-        if not isinstance(r, codec.Appended):
-            raise ProtocolError("expected Appended")
-        return Position(r.shard, r.offset)
+        attempts = Attempts(self.config, "append")
+        attempts.gate = gate
+        return await self._submit(codec.Append(bytes(payload)).encode(0), _position, attempts)
 
     async def append_many(self, payloads: Iterable[bytes]) -> List[Position]:
         """Appends every payload, all in flight at once on one connection (pipelined);
@@ -213,6 +279,8 @@ class Client:
     async def read(self, shard: int, offset: int = 0, max_bytes: int = codec.MAX_READ_BYTES) -> List[Record]:
         """Committed records of ``shard`` from ``offset``, about ``max_bytes`` (at least
         one if there is one); CRC-verified. ``[]`` at or past the end."""
+        _check_int("offset", offset, 64)
+        _check_int("max_bytes", max_bytes, 32)
         c = await self.for_shard(shard)
         r = await c._request(codec.Read(shard, offset, min(max_bytes, codec.MAX_READ_BYTES)).encode(0))
         if not isinstance(r, codec.Records):
@@ -221,6 +289,8 @@ class Client:
 
     async def read_all(self, shard: int, offset: int = 0, end: Optional[int] = None) -> List[Record]:
         """Every committed record of ``shard`` from ``offset`` (up to ``end``, exclusive)."""
+        if end is not None:
+            _check_int("end", end, 64)
         out: List[Record] = []
         while end is None or offset < end:
             recs = await self.read(shard, offset)
@@ -241,8 +311,7 @@ class Client:
         first node that answers — one node's copy only: trim each node with a client of
         its own address to trim both. Reads below the first offset then raise
         :class:`~corelog.errors.OutOfRange` (``.first``)."""
-        if not 0 <= before < 1 << 64:
-            raise InvalidArgument(f"offset {before} out of range")
+        _check_int("before", before, 64)
         c = await self.for_shard(shard)
         r = await c._request(codec.Trim(shard, before).encode(0))
         if not isinstance(r, codec.Trimmed):
@@ -251,6 +320,10 @@ class Client:
 
     def tail(self, shard: int, offset: int = 0) -> "Tail":
         """The records of ``shard`` from ``offset`` on, live: ``async for r in c.tail(0)``."""
+        _check_int("shard", shard, 16)
+        _check_int("offset", offset, 64)
+        if self._closed:
+            raise ClientClosed("the client is closed")
         return Tail(self._given, shard, offset, self.config)
 
     # ------------------------------------------------------------------ streams
@@ -259,19 +332,33 @@ class Client:
         """Appends to ``stream`` if its version meets ``expect`` (``"any"``/``None``,
         ``"none"``: no event yet, or ``N``: its last event has version N). Returns
         ``(shard, offset, version)``. A mismatch raises :class:`WrongExpectedVersion`
-        with ``.current`` (nothing written). Plain-append failure semantics; for
-        exactly-once use :meth:`producer_for_stream`."""
+        with ``.current`` (nothing written). Follows leadership as :meth:`append` does
+        (finding the stream's shard included); for exactly-once use
+        :meth:`producer_for_stream`."""
+        return await self._append_to(stream, payload, expect)
+
+    async def _append_to(self, stream: str, payload: bytes, expect: ExpectLike = None,
+                         gate: Optional[Callable[[], bool]] = None) -> StreamAppended:
         _check_payload(payload)
-        e = Expect.parse(expect)
-        c = await self.for_stream(stream)
-        r = await c._submit(Append2(None, StreamReq.new(stream, e), bytes(payload)).encode(0))
-        if not isinstance(r, codec.Appended2) or r.version is None:
-            raise ProtocolError("expected Appended2 with a stream version")
-        return StreamAppended(r.shard, r.offset, r.version)
+        _check_name(stream)
+        try:
+            e = Expect.parse(expect)
+        except (ValueError, TypeError) as x:
+            raise InvalidArgument(f"expect {expect!r}: {x}") from None
+        attempts = Attempts(self.config, f"append to stream {stream!r}")
+        attempts.gate = gate
+        try:
+            shard = codec.stream_shard(stream, await self._shard_count(attempts))
+        except asyncio.CancelledError:
+            raise attempts.cancelled() from None
+        frame = Append2(None, StreamReq.new(stream, e), bytes(payload)).encode(0)
+        return await self._shard_client(shard)._submit(frame, _stream_appended, attempts)
 
     async def read_stream(self, stream: str, from_version: int = 0,
                           max_count: int = codec.MAX_READ_COUNT) -> StreamRead:
         """Committed events of ``stream`` from ``from_version`` (at most ``max_count``)."""
+        _check_int("from_version", from_version, 64)
+        _check_int("max_count", max_count, 32)
         c = await self.for_stream(stream)
         req = codec.ReadStream(stream.encode(), from_version, min(max_count, codec.MAX_READ_COUNT),
                                codec.MAX_READ_BYTES)
@@ -292,6 +379,8 @@ class Client:
 
     def subscribe(self, stream: str, from_version: int = 0) -> "Subscription":
         """The events of ``stream`` from ``from_version`` on, catch-up then live."""
+        _check_name(stream)
+        _check_int("from_version", from_version, 64)
         return Subscription(self._given, self.config, stream=stream, from_version=from_version)
 
     def subscribe_prefix(self, prefix: str, positions: Optional[Dict[int, int]] = None) -> "Subscription":
@@ -303,6 +392,7 @@ class Client:
 
     async def producer(self, shard: int = 0, id: Optional[int] = None, next_seq: int = 0) -> "Producer":
         """An idempotent producer for ``shard`` (random id unless given)."""
+        await self.for_shard(shard)  # InvalidArgument for a shard that does not exist
         return await Producer.connect(self._given, shard, self.config, id=id, next_seq=next_seq)
 
     async def producer_for_stream(self, stream: str, id: Optional[int] = None, next_seq: int = 0) -> "Producer":
@@ -313,3 +403,17 @@ class Client:
 def connect(addrs: Addrs, config: Optional[ClientConfig] = None, **settings: Any) -> Client:
     """``async with corelog.aio.connect("A,B", certs="certs") as c: ...``"""
     return Client(addrs, config, **settings)
+
+
+def _position(f: Frame) -> Position:
+    r = _response(f)
+    if not isinstance(r, codec.Appended):
+        raise ProtocolError("expected Appended")
+    return Position(r.shard, r.offset)
+
+
+def _stream_appended(f: Frame) -> StreamAppended:
+    r = _response(f)
+    if not isinstance(r, codec.Appended2) or r.version is None:
+        raise ProtocolError("expected Appended2 with a stream version")
+    return StreamAppended(r.shard, r.offset, r.version)

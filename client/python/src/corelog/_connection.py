@@ -5,17 +5,24 @@ the client shares (answer parsing into typed errors, argument checks)."""
 from __future__ import annotations
 
 import asyncio
+import logging
+import ssl
 import struct
-from typing import Dict, List, Optional, Tuple, Union
+from typing import Any, Awaitable, Dict, List, Optional, Tuple, TypeVar, Union
 
 from . import codec
 from .codec import ErrorCode, Frame, FrameDecoder, Hello, HelloOk, Record
 from .errors import (
-    ConnectionClosed, CorelogError, InvalidArgument, NotSent, ProtocolError, RequestTimeout, error_for_code,
+    ConfigError, ConnectionClosed, CorelogError, InvalidArgument, NotSent, ProtocolError, RequestTimeout,
+    error_for_code,
 )
 from .types import ClientConfig, ServerInfo
 
 __all__ = ["Connection", "WINDOW", "Addrs"]
+
+#: The package's logger: connections opened and lost, leaders followed, retries, give-ups.
+log = logging.getLogger("corelog")
+T = TypeVar("T")
 
 #: Appends of one producer in flight at most (the positions a shard remembers).
 WINDOW = 64
@@ -103,6 +110,54 @@ def _close_writer(writer: asyncio.StreamWriter) -> None:
         pass
 
 
+async def _within(aw: Awaitable[T], timeout: float) -> T:
+    """``aw`` within ``timeout`` seconds (``asyncio.TimeoutError`` after). Unlike
+    ``asyncio.wait_for`` before Python 3.12, a cancellation of the caller is never turned
+    into a result: it is raised, and a connection ``aw`` opened anyway is closed."""
+    task = asyncio.ensure_future(aw)
+    try:
+        done, _ = await asyncio.wait({task}, timeout=timeout)
+    except BaseException:
+        _abandon(task)
+        raise
+    if not done:
+        _abandon(task)
+        raise asyncio.TimeoutError
+    return task.result()
+
+
+def _abandon(task: "asyncio.Future[Any]") -> None:
+    """Cancels ``task``; whatever it still produces is closed and its error retrieved."""
+    def dispose(t: "asyncio.Future[Any]") -> None:
+        if t.cancelled() or t.exception() is not None:
+            return
+        r = t.result()
+        if isinstance(r, Connection):
+            r.close()
+        elif isinstance(r, tuple) and r and isinstance(r[-1], asyncio.StreamWriter):
+            _close_writer(r[-1])
+
+    task.cancel()
+    task.add_done_callback(dispose)
+
+
+def config_error(addr: str, cfg: ClientConfig, e: BaseException) -> Optional[ConfigError]:
+    """A :class:`ConfigError` naming the setting at fault when ``e`` is a TLS failure no
+    retry can cure (the node's certificate does not match ``server_name`` or ``ca``, or
+    the node refused this client's certificate); else ``None``."""
+    if isinstance(e, ssl.SSLCertVerificationError):
+        return ConfigError(f"{addr}: the node's certificate does not verify against ca={cfg.ca!r} with "
+                           f"server_name={cfg.server_name!r}: {e.verify_message or e}")
+    if isinstance(e, ssl.SSLError) and (e.reason or "") in _REFUSED_CERT:
+        return ConfigError(f"{addr}: the node refused this client's certificate cert={cfg.cert!r} "
+                           f"({e.reason}): is it signed by the node's client CA?")
+    return None
+
+
+_REFUSED_CERT = {"TLSV1_ALERT_UNKNOWN_CA", "SSLV3_ALERT_BAD_CERTIFICATE", "TLSV13_ALERT_CERTIFICATE_REQUIRED",
+                 "TLSV1_ALERT_ACCESS_DENIED", "SSLV3_ALERT_CERTIFICATE_UNKNOWN"}
+
+
 class Connection:
     """One connection: requests written in call order, answers matched by ``req_id``.
     Low level (tests, tools); :class:`Client` manages connections for you."""
@@ -122,9 +177,14 @@ class Connection:
         self._task = asyncio.ensure_future(self._read_loop())
 
     @classmethod
-    async def open(cls, addr: str, cfg: ClientConfig, version: int = codec.PROTOCOL_VERSION) -> "Connection":
-        """TCP, TLS and ``Hello``/``HelloOk``, all within ``cfg.connect_timeout``."""
-        return await asyncio.wait_for(cls._open(addr, cfg, version), cfg.connect_timeout)
+    async def open(cls, addr: str, cfg: ClientConfig, version: int = codec.PROTOCOL_VERSION,
+                   timeout: Optional[float] = None) -> "Connection":
+        """TCP, TLS and ``Hello``/``HelloOk``, all within ``timeout`` (default
+        ``cfg.connect_timeout``) seconds."""
+        c = await _within(cls._open(addr, cfg, version), cfg.connect_timeout if timeout is None else timeout)
+        log.info("connected to %s (shard %d of %d, %s, epoch %d)", addr, c.info.shard, c.info.shard_count,
+                 c.info.role.name.lower(), c.info.epoch)
+        return c
 
     @classmethod
     async def _open(cls, addr: str, cfg: ClientConfig, version: int) -> "Connection":
@@ -167,23 +227,32 @@ class Connection:
                 pass  # the read loop reports it to the waiting requests
 
     async def call(self, frame: bytes, timeout: float) -> Frame:
+        """Sends ``frame`` and returns its answer frame (see :meth:`send`, :meth:`wait`)."""
         fut = self.send(frame)
         await self.drain()
         return await self.wait(fut, timeout)
 
     async def wait(self, fut: "asyncio.Future[Frame]", timeout: float) -> Frame:
         """The answer of a request sent with :meth:`send`; :class:`RequestTimeout` after
-        ``timeout`` seconds (the request is forgotten; a late answer is dropped)."""
+        ``timeout`` seconds (the request is forgotten; a late answer is dropped). A
+        cancellation of the caller is raised as such (the answer, if any, is left in
+        ``fut``)."""
+        if fut.done():
+            return fut.result()
+        timer = asyncio.get_running_loop().call_later(timeout, self._expire, fut, timeout)
         try:
-            return await asyncio.wait_for(asyncio.shield(fut), timeout)
-        except asyncio.TimeoutError:
-            for k, v in list(self._pending.items()):
-                if v is fut:
-                    del self._pending[k]
-            if not fut.done():
-                fut.cancel()
-            self._maybe_close()
-            raise RequestTimeout(f"no answer from {self.addr} within {timeout:g} s") from None
+            return await fut
+        finally:
+            timer.cancel()
+
+    def _expire(self, fut: "asyncio.Future[Frame]", timeout: float) -> None:
+        if fut.done():
+            return
+        for k, v in list(self._pending.items()):
+            if v is fut:
+                del self._pending[k]
+        fut.set_exception(RequestTimeout(f"no answer from {self.addr} within {timeout:g} s"))
+        self._maybe_close()
 
     def retire(self) -> None:
         """No new requests go here; closes once the pending ones are answered."""
@@ -195,14 +264,17 @@ class Connection:
             self.close()
 
     def close(self) -> None:
+        """Closes now: requests still waiting fail with :class:`ConnectionClosed`."""
         if not self._closed:
             self._closed = True
+            log.info("closing the connection to %s (%d requests unanswered)", self.addr, len(self._pending))
             _close_writer(self._writer)
         self._fail_all(ConnectionClosed(f"connection to {self.addr} closed before the answer"))
         if not self._task.done() and self._task is not asyncio.current_task():
             self._task.cancel()
 
     async def aclose(self) -> None:
+        """:meth:`close`, then waits for the connection's reader to stop."""
         self.close()
         try:
             await self._task
@@ -246,6 +318,8 @@ class Connection:
         except asyncio.CancelledError:
             pass
         finally:
+            if not self._closed:
+                log.info("connection to %s ended (%d requests unanswered): %s", self.addr, len(self._pending), err)
             self._closed = True
             _close_writer(self._writer)
             self._fail_all(err)
@@ -258,6 +332,8 @@ def _why(e: BaseException) -> str:
 
 
 def _check_payload(payload: bytes) -> None:
+    if not isinstance(payload, (bytes, bytearray, memoryview)):
+        raise InvalidArgument(f"payload must be bytes, not {type(payload).__name__}")
     if len(payload) > codec.MAX_PAYLOAD:
         raise InvalidArgument(f"payload of {len(payload)} bytes above maximum {codec.MAX_PAYLOAD}")
 
@@ -267,3 +343,27 @@ def _check_name(stream: str) -> None:
         codec.check_stream_name(stream)
     except ValueError as e:
         raise InvalidArgument(str(e)) from None
+
+
+def _check_int(what: str, v: int, bits: int) -> int:
+    """``v`` if it is an int in ``0 .. 2**bits - 1``; else :class:`InvalidArgument`."""
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise InvalidArgument(f"{what} must be an int, not {type(v).__name__}")
+    if not 0 <= v < 1 << bits:
+        raise InvalidArgument(f"{what} {v} out of range (0 to {(1 << bits) - 1})")
+    return v
+
+
+def _check_addrs(addrs: Addrs) -> List[str]:
+    """The addresses of ``"A,B"`` (or a list), each ``host:port``; :class:`ConfigError`
+    naming the first that is not."""
+    if not isinstance(addrs, (str, list, tuple)):
+        raise ConfigError(f"addresses must be 'host:port[,host:port...]' or a list, not {type(addrs).__name__}")
+    given = codec.split_addrs(addrs)
+    if not given:
+        raise ConfigError(f"no address in {addrs!r} (want 'host:port[,host:port...]')")
+    for a in given:
+        host, sep, port = a.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 0xFFFF:
+            raise ConfigError(f"address {a!r} is not host:port")
+    return given

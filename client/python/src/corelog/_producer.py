@@ -4,20 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import os
-import time
-from typing import TYPE_CHECKING, Any, Iterable, List, Optional, Set, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterable, List, Optional, Set, Tuple, Union
 
 from . import codec
 from .codec import Append2, ExpectLike, Frame, ProducerSeq, StreamReq
 from .errors import (
-    ConnectionClosed, CorelogError, Fenced, InvalidArgument, NotLeader, NotSent, OutcomeUnknown, Overloaded,
-    ProducerStopped, ProtocolError, ReplicationTimeout, RequestTimeout, SequenceGap, ShuttingDown,
-    Unavailable, UnknownProducer, Unreachable,
+    ClientClosed, CorelogError, InvalidArgument, NotLeader, NotSent, ProducerStopped, ProtocolError,
+    WrongExpectedVersion,
 )
 from .types import Appended, ClientConfig
-from ._connection import (
-    _BACKOFF_MAX, _BACKOFF_START, WINDOW, Addrs, Connection, _check_name, _check_payload, _response,
-)
+from ._connection import WINDOW, Addrs, Connection, _check_int, _check_name, _check_payload, _response
+from ._retry import LOST, MOVE, STOP, WAIT, Attempts, step
 
 if TYPE_CHECKING:
     from ._client import Client
@@ -27,10 +24,7 @@ __all__ = ["Producer"]
 
 def _retried(e: CorelogError) -> bool:
     """Whether an idempotent append is sent again after this error."""
-    if isinstance(e, (ConnectionClosed, NotSent, RequestTimeout, Unreachable)):
-        return True
-    return isinstance(e, (NotLeader, Unavailable, Fenced, OutcomeUnknown, ReplicationTimeout, SequenceGap,
-                          UnknownProducer, ShuttingDown, Overloaded))
+    return step(e) != STOP
 
 
 class Producer:
@@ -43,7 +37,10 @@ class Producer:
     ``Fenced``, no node reachable — for ``failover_timeout`` from the first failure,
     never storing an event twice. Re-sends go out in sequence order; a new sequence is
     sent only within :data:`WINDOW` of the lowest unsettled one. An append that fails for
-    good stops the producer (:class:`ProducerStopped` for every later call).
+    good stops the producer (:class:`ProducerStopped` for every later call); its error's
+    ``outcome`` is over all its attempts: ``unknown`` if any of them may have landed and
+    none got a definite answer before the budget ended. A cancelled append stops the
+    producer too (:class:`~corelog.errors.Cancelled` with the outcome).
     Conditional stream appends (``expect`` not ``any``) go alone, so that a
     :class:`WrongExpectedVersion` hands its sequence back and the producer goes on.
     """
@@ -59,7 +56,7 @@ class Producer:
         self._exclusive = False
         self._want_exclusive = 0
         self._stopped = False
-        self._waiters: List["asyncio.Future[None]"] = []
+        self._waiters: List["asyncio.Future[bool]"] = []
         self.retries = 0
 
     @classmethod
@@ -68,6 +65,7 @@ class Producer:
         """A producer (new random id unless ``id``; first sequence ``next_seq``) for
         ``shard`` of the nodes ``addrs``."""
         cfg = ClientConfig.of(config, **settings)
+        _check_int("shard", shard, 16)
         from ._client import Client  # the client module imports this one
 
         client = Client(addrs, cfg, _shard=shard)
@@ -81,6 +79,7 @@ class Producer:
         return self._next
 
     async def close(self) -> None:
+        """Closes the producer's connection; later appends raise :class:`ClientClosed`."""
         await self._client.close()
 
     async def __aenter__(self) -> "Producer":
@@ -93,6 +92,11 @@ class Producer:
         """Appends ``payload`` exactly once; its position when durable on every replica."""
         return await self._append(None, payload)
 
+    @property
+    def stopped(self) -> bool:
+        """Whether an append failed for good (every later one raises :class:`ProducerStopped`)."""
+        return self._stopped
+
     async def append_many(self, payloads: Iterable[bytes]) -> List[Appended]:
         """Appends every payload (up to :data:`WINDOW` in flight), in order."""
         return list(await asyncio.gather(*(self.append(p) for p in payloads)))
@@ -100,71 +104,88 @@ class Producer:
     async def append_to(self, stream: str, payload: bytes, expect: ExpectLike = None) -> Appended:
         """Appends once to ``stream`` (which must live on this producer's shard) if the
         stream meets ``expect``. :class:`WrongExpectedVersion` leaves the producer usable."""
+        return await self._append_to(stream, payload, expect)
+
+    async def _append_to(self, stream: str, payload: bytes, expect: ExpectLike = None,
+                         gate: Optional[Callable[[], bool]] = None) -> Appended:
         _check_name(stream)
         home = codec.stream_shard(stream, self.shard_count)
         if home != self.shard:
             raise InvalidArgument(f"stream {stream!r} lives on shard {home}; this producer appends to shard "
                                   f"{self.shard}")
-        return await self._append(StreamReq.new(stream, expect), payload)
+        try:
+            req = StreamReq.new(stream, expect)
+        except (ValueError, TypeError) as x:
+            raise InvalidArgument(f"expect {expect!r}: {x}") from None
+        return await self._append(req, payload, gate)
 
     def _notify(self) -> None:
         waiters, self._waiters = self._waiters, []
         for w in waiters:
             if not w.done():
-                w.set_result(None)
+                w.set_result(True)
 
     async def _wait(self, timeout: Optional[float] = None) -> bool:
-        """Waits for a settle notification; False on timeout."""
-        w: "asyncio.Future[None]" = asyncio.get_running_loop().create_future()
+        """Waits for a settle notification; False on timeout. (No ``asyncio.wait_for``:
+        before Python 3.12 it can turn a cancellation into a result.)"""
+        loop = asyncio.get_running_loop()
+        w: "asyncio.Future[bool]" = loop.create_future()
         self._waiters.append(w)
+        timer = None if timeout is None else loop.call_later(timeout, lambda: w.done() or w.set_result(False))
         try:
-            await asyncio.wait_for(w, timeout)
-            return True
-        except asyncio.TimeoutError:
-            return False
+            return await w
+        finally:
+            if timer is not None:
+                timer.cancel()
 
     def _stopped_error(self) -> ProducerStopped:
         return ProducerStopped(f"producer {self.id:#018x} stopped after an append failed for good; later sequences "
                                "cannot follow it: start a new producer")
 
-    async def _append(self, stream: Optional[StreamReq], payload: bytes) -> Appended:
+    async def _append(self, stream: Optional[StreamReq], payload: bytes,
+                      gate: Optional[Callable[[], bool]] = None) -> Appended:
         _check_payload(payload)
+        if self._client.closed:
+            raise ClientClosed("the producer is closed")
         exclusive = stream is not None and stream.expect_kind != codec.EXPECT_ANY
+        attempts = Attempts(self._client.config, f"producer {self.id:#018x} append", start=False)
+        attempts.gate = gate
         waiting = False
-        while True:
-            if self._stopped:
-                if waiting:
-                    self._want_exclusive -= 1
-                raise self._stopped_error()
-            busy = self._exclusive or (bool(self._pending) if exclusive else self._want_exclusive > 0)
-            full = bool(self._pending) and self._next - min(self._pending) >= WINDOW
-            if busy or self._failed or full:
-                if exclusive and not waiting:
-                    waiting = True
-                    self._want_exclusive += 1
-                await self._wait()
-                continue
-            break
-        if waiting:
-            self._want_exclusive -= 1
+        try:
+            while True:
+                if self._stopped:
+                    raise self._stopped_error()
+                busy = self._exclusive or (bool(self._pending) if exclusive else self._want_exclusive > 0)
+                full = bool(self._pending) and self._next - min(self._pending) >= WINDOW
+                if busy or self._failed or full:
+                    if exclusive and not waiting:
+                        waiting = True
+                        self._want_exclusive += 1
+                    await self._wait()
+                    continue
+                break
+        except asyncio.CancelledError:
+            raise attempts.cancelled() from None
+        finally:
+            if waiting:
+                self._want_exclusive -= 1
         seq = self._next
         self._next += 1
         self._pending.add(seq)
         self._exclusive = exclusive
+        attempts.what = f"producer {self.id:#018x} sequence {seq}"
         frame = Append2(ProducerSeq(self.id, seq), stream, bytes(payload)).encode(0)
-        # No await between taking the sequence and writing it: sends leave in sequence order.
-        first = self._send_now(frame)
-        resent = [False]
         err: Optional[BaseException] = None
         try:
-            return await self._complete(seq, frame, first, resent)
+            # No await between taking the sequence and writing it: sends leave in sequence order.
+            first = self._send_now(frame, attempts)
+            return await self._complete(seq, frame, first, attempts)
         except BaseException as e:
             err = e
             raise
         finally:
-            from .errors import WrongExpectedVersion
-
-            if isinstance(err, WrongExpectedVersion) and exclusive and not resent[0] and self._next == seq + 1:
+            if (isinstance(err, WrongExpectedVersion) and exclusive and attempts.sent == 1
+                    and self._next == seq + 1):
                 self._next = seq  # refused at its only send: the sequence is free again
             elif err is not None:
                 self._stopped = True
@@ -174,74 +195,90 @@ class Producer:
                 self._exclusive = False
             self._notify()
 
-    def _send_now(self, frame: bytes) -> Union[Tuple[Connection, "asyncio.Future[Frame]"], CorelogError, None]:
+    def _send_now(self, frame: bytes, attempts: Attempts
+                  ) -> Union[Tuple[Connection, "asyncio.Future[Frame]"], CorelogError, None]:
         """Writes ``frame`` on the current connection if there is one (no await); ``None``
         when a connection must be opened first."""
         c = self._client._conn
         if c is None or c.closed:
             return None
+        attempts.sending()
         try:
             return c, c.send(frame)
-        except CorelogError as e:
+        except NotSent as e:
+            attempts.unsent()
             return e
 
-    async def _send(self, frame: bytes) -> Union[Tuple[Connection, "asyncio.Future[Frame]"], CorelogError]:
+    async def _send(self, frame: bytes, attempts: Attempts
+                    ) -> Union[Tuple[Connection, "asyncio.Future[Frame]"], CorelogError]:
         try:
-            conn = await self._client._connection()
-            return conn, conn.send(frame)
+            conn = await self._client._connection(attempts.left())
+        except ClientClosed:
+            raise
         except CorelogError as e:
             return e
+        attempts.sending()
+        try:
+            return conn, conn.send(frame)
+        except NotSent as e:
+            attempts.unsent()
+            return e
 
-    async def _complete(self, seq: int, frame: bytes, first: Any, resent: List[bool]) -> Appended:
+    async def _complete(self, seq: int, frame: bytes, first: Any, attempts: Attempts) -> Appended:
         cfg = self._client.config
-        give_up: Optional[float] = None
-        backoff = _BACKOFF_START
         sent = first
-        if sent is None:
-            # No connection yet: open one, in sequence order (the lowest pending goes first).
-            await self._wait_turn(seq, time.monotonic() + cfg.failover_timeout + cfg.connect_timeout)
-            sent = await self._send(frame)
-        while True:
-            conn: Optional[Connection] = None
-            if isinstance(sent, CorelogError):
-                err: CorelogError = sent
-            else:
-                conn, fut = sent
-                try:
-                    await conn.drain()
-                    r = _response(await conn.wait(fut, cfg.request_timeout))
-                    if not isinstance(r, codec.Appended2):
-                        raise ProtocolError("expected Appended2")
-                    return Appended(r.shard, r.offset, seq, r.duplicate, r.version)
-                except CorelogError as e:
-                    err = e
-            if not _retried(err):
-                raise err
-            self._failed.add(seq)
-            gap = isinstance(err, (SequenceGap, UnknownProducer))
-            if conn is not None and not gap:
-                self._client._move_on(conn, err.leader or None if isinstance(err, NotLeader) else None)
-            if give_up is None:
-                give_up = time.monotonic() + cfg.failover_timeout
-            waited = await self._wait_turn(seq, give_up, err)
-            if not waited:
-                if time.monotonic() + backoff >= give_up:
-                    raise err
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, _BACKOFF_MAX)
-            self.retries += 1
-            resent[0] = True
-            sent = await self._send(frame)
+        fut: "Optional[asyncio.Future[Frame]]" = None
 
-    async def _wait_turn(self, seq: int, end: float, err: Optional[CorelogError] = None) -> bool:
-        """Waits until ``seq`` is the lowest pending sequence; True if it had to wait."""
+        def parse(f: Frame) -> Appended:
+            r = _response(f)
+            if not isinstance(r, codec.Appended2):
+                raise ProtocolError("expected Appended2")
+            return Appended(r.shard, r.offset, seq, r.duplicate, r.version)
+
+        try:
+            if sent is None:
+                # No connection yet: open one, in sequence order (the lowest pending goes first).
+                await self._wait_turn(seq, attempts, None)
+                sent = await self._send(frame, attempts)
+            while True:
+                conn: Optional[Connection] = None
+                fut = None
+                if isinstance(sent, CorelogError):
+                    err: CorelogError = sent
+                else:
+                    conn, fut = sent
+                    try:
+                        await conn.drain()
+                        return parse(await conn.wait(fut, cfg.request_timeout))
+                    except CorelogError as e:
+                        err = e
+                what = attempts.answered(err)
+                if what == STOP:
+                    raise attempts.fail(err)
+                self._failed.add(seq)
+                if conn is not None and what in (MOVE, LOST):
+                    self._client._move_on(conn, err.leader or None if isinstance(err, NotLeader) else None)
+                attempts.start()
+                waited = await self._wait_turn(seq, attempts, err)
+                if not waited:
+                    await attempts.pause(err)
+                self.retries += 1
+                fut = None
+                sent = await self._send(frame, attempts)
+        except asyncio.CancelledError:
+            raise attempts.cancelled(fut, parse) from None
+
+    async def _wait_turn(self, seq: int, attempts: Attempts, err: Optional[CorelogError]) -> bool:
+        """Waits until ``seq`` is the lowest pending sequence; True if it had to wait.
+        Raises the stop (or ``err``, the budget spent) with the outcome so far."""
         waited = False
         while True:
             if self._stopped:
-                raise self._stopped_error()
+                raise attempts.fail(self._stopped_error())
             if min(self._pending) == seq:
                 return waited
-            left = end - time.monotonic()
+            left = attempts.left()
             if left <= 0 or not await self._wait(left):
-                raise err if err is not None else Unreachable("failover budget spent waiting for earlier sequences")
+                raise attempts.fail(err if err is not None else
+                                    Unreachable("failover budget spent waiting for earlier sequences"))
             waited = True

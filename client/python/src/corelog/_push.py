@@ -5,14 +5,16 @@ connections of its own."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any, AsyncIterator, Dict, List, NoReturn, Optional, Union
+import collections
+from typing import Any, AsyncIterator, Deque, Dict, List, NoReturn, Optional, Union
 
 from . import codec
 from .codec import FrameDecoder, Hello, Record, Role
-from .errors import ConnectionClosed, CorelogError, ProtocolError, RequestTimeout, Unreachable
+from .errors import ConnectionClosed, CorelogError, InvalidArgument, ProtocolError, RequestTimeout, Unreachable
 from .types import ClientConfig, Event
 from ._connection import (
-    Addrs, _check_name, _close_writer, _hello, _open_stream, _read_frame, _records, _response, _why,
+    Addrs, Connection, _check_name, _close_writer, _hello, _open_stream, _read_frame, _records, _response, _why,
+    _within, config_error,
 )
 
 __all__ = ["Tail", "Subscription"]
@@ -30,29 +32,47 @@ class Tail:
     def __init__(self, addrs: Addrs, shard: int, offset: int, config: ClientConfig) -> None:
         self._addrs = codec.split_addrs(addrs)
         self.shard = shard
-        self.next_offset = offset
+        self._next_offset = offset
+        #: The offset the next record received must have (records received run ahead of
+        #: those handed out by up to one pushed frame).
+        self._fetched = offset
         self._config = config
         self._reader: Optional[asyncio.StreamReader] = None
         self._writer: Optional[asyncio.StreamWriter] = None
         self._dec = FrameDecoder()
-        self._buf: List[Record] = []
+        self._buf: Deque[Record] = collections.deque()
         self._done = False
         self._error: Optional[CorelogError] = None
 
+    @property
+    def next_offset(self) -> int:
+        """The offset after the last record handed out (the ``from`` of the tail until
+        the first): where a new tail resumes without skipping or repeating a record."""
+        return self._next_offset
+
     async def start(self) -> "Tail":
+        """Connects (the shard's direct port of the first node that answers) and sends
+        the ``Tail``; :class:`Unreachable` if no node answers, :class:`InvalidArgument`
+        if the cluster has no such shard."""
         errs = []
         for a in self._addrs:
             direct = codec.shard_addr(a, self.shard)
             try:
-                await asyncio.wait_for(self._start_at(direct), self._config.connect_timeout)
+                await _within(self._start_at(direct), self._config.connect_timeout)
                 return self
             except (OSError, asyncio.TimeoutError, CorelogError) as e:
+                bad = config_error(direct, self._config, e)
+                if bad is not None:
+                    raise bad from None
                 errs.append(f"{direct}: {_why(e)}")
+        await _check_shard(self._addrs, self._config, self.shard)
         raise Unreachable("no node reachable: " + "; ".join(errs))
 
     async def _start_at(self, direct: str) -> None:
         reader, writer = await _open_stream(direct, self._config)
-        _, dec = await _hello(reader, writer, Hello().encode(0) + codec.Tail(self.shard, self.next_offset).encode(1))
+        self._fetched = self._next_offset
+        self._buf.clear()
+        _, dec = await _hello(reader, writer, Hello().encode(0) + codec.Tail(self.shard, self._fetched).encode(1))
         self._reader, self._writer, self._dec = reader, writer, dec
 
     async def __aenter__(self) -> "Tail":
@@ -78,7 +98,7 @@ class Tail:
         if self._reader is None and not self._done:
             await self.start()
         try:
-            return await asyncio.wait_for(self._next(), timeout)
+            r = await (self._next() if timeout is None else _within(self._next(), timeout))
         except asyncio.TimeoutError:
             raise RequestTimeout(f"no record within {timeout} s") from None
         except CorelogError as e:
@@ -87,6 +107,9 @@ class Tail:
             if self._writer is not None:
                 _close_writer(self._writer)
             raise
+        if r is not None:
+            self._next_offset = r.offset + 1
+        return r
 
     async def _next(self) -> Optional[Record]:
         while not self._buf:
@@ -106,13 +129,14 @@ class Tail:
             if not isinstance(r, codec.Records):
                 raise ProtocolError("expected Records")
             for rec in _records(r.records):
-                if rec.offset != self.next_offset:
-                    raise ProtocolError(f"tail gap: expected {self.next_offset}, got {rec.offset}")
-                self.next_offset += 1
+                if rec.offset != self._fetched:
+                    raise ProtocolError(f"tail gap: expected {self._fetched}, got {rec.offset}")
+                self._fetched += 1
                 self._buf.append(rec)
-        return self._buf.pop(0)
+        return self._buf.popleft()
 
     async def close(self) -> None:
+        """Ends the tail (closes its connection); :meth:`next` then returns ``None``."""
         self._done = True
         if self._writer is not None:
             _close_writer(self._writer)
@@ -157,6 +181,8 @@ class Subscription:
         self._error: Optional[BaseException] = None
 
     async def start(self) -> "Subscription":
+        """Connects to the leader's direct port of each shard concerned and subscribes;
+        :class:`Unreachable` if no leader answers."""
         if self._started:
             return self
         self._started = True
@@ -188,13 +214,15 @@ class Subscription:
         for a in self._addrs:
             direct = codec.shard_addr(a, shard)
             try:
-                reader, writer = await asyncio.wait_for(_open_stream(direct, self._config),
-                                                        self._config.connect_timeout)
+                reader, writer = await _within(_open_stream(direct, self._config), self._config.connect_timeout)
             except (OSError, asyncio.TimeoutError, CorelogError) as e:
+                bad = config_error(direct, self._config, e)
+                if bad is not None:
+                    raise bad from None
                 errs.append(f"{direct}: {_why(e)}")
                 continue
             first = Hello().encode(0) + req.encode(1)
-            r, dec = await asyncio.wait_for(_hello(reader, writer, first), self._config.connect_timeout)
+            r, dec = await _within(_hello(reader, writer, first), self._config.connect_timeout)
             if r.role != Role.LEADER:
                 _close_writer(writer)
                 errs.append(f"{direct}: {r.role.name.lower()} (subscriptions are served by the leader)")
@@ -246,7 +274,7 @@ class Subscription:
             await self.start()
         assert self._queue is not None
         try:
-            got = await asyncio.wait_for(self._queue.get(), timeout)
+            got = await (self._queue.get() if timeout is None else _within(self._queue.get(), timeout))
         except asyncio.TimeoutError:
             raise RequestTimeout(f"no event within {timeout} s") from None
         if isinstance(got, BaseException):
@@ -267,6 +295,7 @@ class Subscription:
         raise err
 
     async def close(self) -> None:
+        """Ends the subscription (every shard's connection)."""
         for t in self._tasks:
             t.cancel()
         for w in self._writers:
@@ -278,3 +307,17 @@ class Subscription:
                 pass
         self._tasks.clear()
         self._writers.clear()
+
+
+async def _check_shard(addrs: List[str], cfg: ClientConfig, shard: int) -> None:
+    """:class:`InvalidArgument` if a node (on its client port) says it has no ``shard``."""
+    for a in addrs:
+        try:
+            c = await Connection.open(a, cfg)
+        except (OSError, asyncio.TimeoutError, CorelogError):
+            continue
+        count = c.info.shard_count
+        await c.aclose()
+        if shard >= count:
+            raise InvalidArgument(f"shard {shard} does not exist: the cluster has {count} (0 to {count - 1})")
+        return

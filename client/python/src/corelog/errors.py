@@ -2,39 +2,48 @@
 :class:`CorelogError`, plus the client-side failures (no node reachable, connection lost
 before the answer, timeout, ...).
 
-Every error says what a failed append may have left behind: ``err.outcome`` is
-:data:`NOT_WRITTEN` (refused before it was taken: it is not in the log, retrying is safe)
-or :data:`UNKNOWN` (it may or may not be in the log: read the log, or use an idempotent
+Every error says what a failed append may have left behind (docs/protocol.md §6):
+``err.outcome`` is :data:`NOT_WRITTEN` (no attempt of it can be in the log, now or later:
+retrying is safe), :data:`WRITTEN` (it is in the log, though the call failed) or
+:data:`UNKNOWN` (it may or may not be in the log: read the log, or use an idempotent
 :class:`~corelog.aio.Producer`, which re-sends such appends without storing them twice).
-The classification is that of the Rust client's ``Error::outcome``.
+The outcome is that of the whole call, over all its attempts: an error raised after an
+attempt was lost in flight says :data:`UNKNOWN` even when the last attempt was refused
+(``err.attempts`` counts them). The classification is that of the Rust client's
+``Error::outcome``.
 """
 
 from __future__ import annotations
 
-from typing import Dict, Optional, Type
+import asyncio
+from typing import Any, Dict, Optional, Type
 
 from .codec import ErrorCode
 
 NOT_WRITTEN = "not_written"
+WRITTEN = "written"
 UNKNOWN = "unknown"
 
 __all__ = [
-    "NOT_WRITTEN", "UNKNOWN", "CorelogError", "ServerError", "BadFrame", "UnknownOpcode", "TooLarge",
+    "NOT_WRITTEN", "WRITTEN", "UNKNOWN", "CorelogError", "ServerError", "BadFrame", "UnknownOpcode", "TooLarge",
     "BadVersion", "NotLeader", "NoSuchShard", "OutOfRange", "ReplicationTimeout", "Overloaded", "Fenced",
     "ShuttingDown", "Internal", "BadHandshake", "Unexpected", "Unavailable", "Diverged", "OutcomeUnknown",
     "SequenceGap", "UnknownProducer", "StaleSequence", "WrongExpectedVersion", "WrongShard", "BadRequest",
     "Unreachable", "NotSent", "ConnectionClosed", "RequestTimeout", "ProtocolError", "ProducerStopped",
-    "InvalidArgument", "error_for_code", "SERVER_ERRORS",
+    "InvalidArgument", "ConfigError", "ClientClosed", "Cancelled", "error_for_code", "SERVER_ERRORS",
 ]
 
 
 class CorelogError(Exception):
     """Base of every error this package raises for a request."""
 
-    #: ``NOT_WRITTEN`` or ``UNKNOWN`` (what a failed append may have left behind).
+    #: ``NOT_WRITTEN``, ``WRITTEN`` or ``UNKNOWN``: what the failed call may have left
+    #: behind, over all its attempts (a class default, set per instance by the retries).
     outcome: str = UNKNOWN
     #: The protocol error code (server errors only).
     code: Optional[int] = None
+    #: How many times the request was sent (0: never; set on errors of appends).
+    attempts: int = 0
 
 
 class ServerError(CorelogError):
@@ -190,9 +199,11 @@ class UnknownProducer(ServerError):
 
 
 class StaleSequence(ServerError):
-    """20: a re-sent sequence older than the 64 the shard remembers; nothing new written."""
+    """20: a re-sent sequence older than the 64 the shard remembers; nothing new written:
+    the record with this producer id and sequence is in the log (outcome ``written``)."""
 
     code = ErrorCode.STALE_SEQUENCE
+    outcome = WRITTEN
 
 
 class WrongExpectedVersion(ServerError):
@@ -286,6 +297,34 @@ class ProducerStopped(CorelogError):
 
 
 class InvalidArgument(CorelogError, ValueError):
-    """Refused by the client before sending (payload too large, bad stream name)."""
+    """Refused by the client before sending (payload too large, bad stream name, a shard
+    that does not exist, an offset out of range)."""
 
     outcome = NOT_WRITTEN
+
+
+class ConfigError(CorelogError, ValueError):
+    """The client's configuration cannot work (a certificate file missing or unreadable,
+    an address without a port, a server name the node's certificate does not carry): not
+    retried, the message names the value."""
+
+    outcome = NOT_WRITTEN
+
+
+class ClientClosed(CorelogError):
+    """The client (or producer) was closed: nothing was sent."""
+
+    outcome = NOT_WRITTEN
+
+
+class Cancelled(asyncio.CancelledError):
+    """An append was cancelled (its task was cancelled, or a timeout around it ran out).
+    A :class:`asyncio.CancelledError`, so that cancellation propagates as asyncio requires,
+    with the append's outcome: ``not_written`` if its request never left, ``written`` if
+    its answer had already arrived (``position``), else ``unknown``."""
+
+    def __init__(self, outcome: str, position: Any = None, why: str = "") -> None:
+        super().__init__(f"append cancelled; outcome {outcome}" + (f": {why}" if why else ""))
+        self.outcome = outcome
+        #: The position (or :class:`~corelog.types.Appended`) when ``outcome`` is ``written``.
+        self.position = position

@@ -13,6 +13,11 @@ Every method blocks until its answer; it is safe to call from several threads at
 (the requests share one pipelined connection). :meth:`Client.append_many` and
 :meth:`Client.append_nowait` (a :class:`concurrent.futures.Future`) keep many appends in
 flight. Semantics, errors and leader following are those of :mod:`corelog.aio`.
+
+``Future.cancel()`` on an ``append_nowait`` future keeps the standard meaning: it returns
+True only while the append has not been handed to a connection (it is then never sent:
+not written); once it has, ``cancel()`` returns False and the future gets the append's
+real result or error. A closed client raises :class:`~corelog.errors.ClientClosed`.
 """
 
 from __future__ import annotations
@@ -20,10 +25,11 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
-from typing import Any, Awaitable, Coroutine, Dict, Iterable, Iterator, List, Optional, TypeVar
+from typing import Any, Awaitable, Callable, Coroutine, Dict, Iterable, Iterator, List, Optional, TypeVar
 
 from . import aio, codec
 from .codec import ExpectLike, Record
+from .errors import NOT_WRITTEN, UNKNOWN, ClientClosed
 from .types import Appended, ClientConfig, Event, Position, ServerInfo, StreamAppended, StreamRead
 
 __all__ = ["Client", "Producer", "Tail", "Subscription"]
@@ -43,17 +49,91 @@ class _Loop:
         asyncio.set_event_loop(self.loop)
         self.loop.run_forever()
 
+    @property
+    def closed(self) -> bool:
+        return self.loop.is_closed()
+
     def submit(self, coro: Coroutine[Any, Any, T]) -> "concurrent.futures.Future[T]":
+        if self.loop.is_closed():
+            coro.close()
+            raise ClientClosed("the client is closed")
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def gated(self, start: Callable[[Callable[[], bool]], Coroutine[Any, Any, T]]) -> "concurrent.futures.Future[T]":
+        """Runs ``start(gate)`` on the loop; the returned future's ``cancel()`` succeeds
+        only until the coroutine calls ``gate()`` (right before its request leaves), which
+        moves the future to RUNNING, or returns False if it was cancelled (the coroutine
+        then stops without sending). Every outcome of the task is retrieved: no
+        "exception was never retrieved" noise."""
+        if self.loop.is_closed():
+            raise ClientClosed("the client is closed")
+        cf: "concurrent.futures.Future[T]" = concurrent.futures.Future()
+
+        def gate() -> bool:
+            return cf.set_running_or_notify_cancel()
+
+        def begin() -> None:
+            task = self.loop.create_task(start(gate))
+
+            def done(t: "asyncio.Task[T]") -> None:
+                if t.cancelled():  # withdrawn by cf.cancel(), or ended by close()
+                    if cf.done():
+                        return
+                    try:
+                        t.result()
+                    except asyncio.CancelledError as c:
+                        outcome = getattr(c, "outcome", UNKNOWN if cf.running() else NOT_WRITTEN)
+                    err = ClientClosed(f"the client was closed before the append's answer (outcome {outcome})")
+                    err.outcome = outcome
+                    if cf.running() or cf.set_running_or_notify_cancel():
+                        cf.set_exception(err)
+                    return
+                e = t.exception()
+                if cf.cancelled():
+                    return  # withdrawn before it was sent: e is its Cancelled (not written)
+                if not cf.running() and not cf.set_running_or_notify_cancel():
+                    return
+                if e is not None:
+                    cf.set_exception(e)
+                else:
+                    cf.set_result(t.result())
+
+            task.add_done_callback(done)
+
+            def withdraw(f: "concurrent.futures.Future[T]") -> None:
+                if f.cancelled() and not self.loop.is_closed():
+                    self.loop.call_soon_threadsafe(task.cancel)
+
+            cf.add_done_callback(withdraw)
+
+        self.loop.call_soon_threadsafe(begin)
+        return cf
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
         if threading.current_thread() is self._thread:
+            coro.close()
             raise RuntimeError("a corelog sync client cannot be called from its own loop thread")
         return self.submit(coro).result()
 
     def stop(self) -> None:
+        """Ends what still runs on the loop (each task's end retrieved), then the loop."""
         if self.loop.is_closed():
             return
+
+        async def drain() -> None:
+            me = asyncio.current_task()
+            tasks = [t for t in asyncio.all_tasks() if t is not me]
+            for t in tasks:
+                t.cancel()
+            await asyncio.wait(tasks, timeout=10) if tasks else None
+            for t in tasks:
+                if t.done() and not t.cancelled():
+                    t.exception()
+
+        try:
+            asyncio.run_coroutine_threadsafe(drain(), self.loop).result(timeout=15)
+        except (concurrent.futures.TimeoutError, RuntimeError):
+            pass
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(timeout=10)
         self.loop.close()
@@ -66,8 +146,8 @@ class Client:
     ``config=ClientConfig(...)``. Use as a context manager or call :meth:`close`."""
 
     def __init__(self, addrs: aio.Addrs, config: Optional[ClientConfig] = None, **settings: Any) -> None:
+        self._aio = aio.Client(addrs, config, **settings)  # ConfigError before a thread is started
         self._loop = _Loop()
-        self._aio = aio.Client(addrs, config, **settings)
         self.config = self._aio.config
         self._owned: List[Any] = []  # producers, tails, subscriptions: closed with the client
 
@@ -87,6 +167,8 @@ class Client:
         return self
 
     def close(self) -> None:
+        """Closes the client, its producers, tails and subscriptions; appends still in
+        flight end with their outcome. Later calls raise :class:`~corelog.errors.ClientClosed`."""
         if not self._loop.loop.is_closed():
             for o in self._owned:
                 try:
@@ -102,12 +184,15 @@ class Client:
         return o
 
     def info(self) -> ServerInfo:
+        """The ``HelloOk`` of the current connection (shard, shard count, role, epoch)."""
         return self._run(self._aio.info())
 
     def shard_count(self) -> int:
+        """The cluster's shard count."""
         return self._run(self._aio.shard_count())
 
     def shard_of(self, stream: str) -> int:
+        """The shard that holds ``stream``."""
         return self._run(self._aio.shard_of(stream))
 
     def append(self, payload: bytes) -> Position:
@@ -116,8 +201,9 @@ class Client:
 
     def append_nowait(self, payload: bytes) -> "concurrent.futures.Future[Position]":
         """Sends one append and returns at once: the future of its position. Appends
-        submitted one after another leave in that order (pipelined)."""
-        return self._loop.submit(self._aio.append(payload))
+        submitted one after another leave in that order (pipelined). ``cancel()``
+        succeeds only while the append has not been sent (see the module docs)."""
+        return self._loop.gated(lambda gate: self._aio._append(payload, gate))
 
     def append_many(self, payloads: Iterable[bytes]) -> List[Position]:
         """Appends every payload, all in flight at once (pipelined); positions in order."""
@@ -145,16 +231,27 @@ class Client:
         """Stream append: ``(shard, offset, version)``; see :meth:`corelog.aio.Client.append_to`."""
         return self._run(self._aio.append_to(stream, payload, expect))
 
+    def append_to_nowait(self, stream: str, payload: bytes,
+                         expect: ExpectLike = None) -> "concurrent.futures.Future[StreamAppended]":
+        """:meth:`append_to` without waiting: the future of its result (``cancel()`` as
+        for :meth:`append_nowait`)."""
+        return self._loop.gated(lambda gate: self._aio._append_to(stream, payload, expect, gate))
+
     def read_stream(self, stream: str, from_version: int = 0, max_count: int = codec.MAX_READ_COUNT) -> StreamRead:
+        """Committed events of ``stream`` from ``from_version`` (at most ``max_count``)."""
         return self._run(self._aio.read_stream(stream, from_version, max_count))
 
     def read_stream_all(self, stream: str, from_version: int = 0) -> List[Record]:
+        """Every committed event of ``stream`` from ``from_version``."""
         return self._run(self._aio.read_stream_all(stream, from_version))
 
     def subscribe(self, stream: str, from_version: int = 0) -> "Subscription":
+        """The events of ``stream`` from ``from_version`` on, catch-up then live."""
         return self._own(Subscription(self._loop, self._aio.subscribe(stream, from_version)))
 
     def subscribe_prefix(self, prefix: str, positions: Optional[Dict[int, int]] = None) -> "Subscription":
+        """The events of every stream whose name starts with ``prefix``, on every shard,
+        from ``positions`` (next offset per shard), live."""
         return self._own(Subscription(self._loop, self._aio.subscribe_prefix(prefix, positions)))
 
     def producer(self, shard: int = 0, id: Optional[int] = None, next_seq: int = 0) -> "Producer":
@@ -162,11 +259,13 @@ class Client:
         return self._own(Producer(self._loop, self._run(self._aio.producer(shard, id, next_seq))))
 
     def producer_for_stream(self, stream: str, id: Optional[int] = None, next_seq: int = 0) -> "Producer":
+        """An idempotent producer for the shard that holds ``stream``."""
         return self._own(Producer(self._loop, self._run(self._aio.producer_for_stream(stream, id, next_seq))))
 
 
 class Producer:
-    """Blocking idempotent producer (made by :meth:`Client.producer`)."""
+    """Blocking idempotent producer (made by :meth:`Client.producer`; see
+    :class:`corelog.aio.Producer`)."""
 
     def __init__(self, loop: _Loop, p: aio.Producer) -> None:
         self._loop = loop
@@ -174,33 +273,48 @@ class Producer:
 
     @property
     def id(self) -> int:
+        """The producer id (64 bits)."""
         return self._p.id
 
     @property
     def shard(self) -> int:
+        """The shard every append of this producer goes to."""
         return self._p.shard
 
     @property
     def next_seq(self) -> int:
+        """The sequence the next new append gets."""
         return self._p.next_seq
 
     @property
     def retries(self) -> int:
+        """Attempts sent again after a failure, so far."""
         return self._p.retries
 
+    @property
+    def stopped(self) -> bool:
+        """Whether an append failed for good (later ones raise ``ProducerStopped``)."""
+        return self._p.stopped
+
     def append(self, payload: bytes) -> Appended:
+        """Appends ``payload`` exactly once; its position when durable on every replica."""
         return self._loop.run(self._p.append(payload))
 
     def append_nowait(self, payload: bytes) -> "concurrent.futures.Future[Appended]":
-        return self._loop.submit(self._p.append(payload))
+        """Sends one append and returns at once: the future of its result. ``cancel()``
+        succeeds only while it has not been sent (see the module docs)."""
+        return self._loop.gated(lambda gate: self._p._append(None, payload, gate))
 
     def append_many(self, payloads: Iterable[bytes]) -> List[Appended]:
+        """Appends every payload (up to 64 in flight), in order."""
         return self._loop.run(self._p.append_many(list(payloads)))
 
     def append_to(self, stream: str, payload: bytes, expect: ExpectLike = None) -> Appended:
+        """Appends once to ``stream`` (on this producer's shard) if it meets ``expect``."""
         return self._loop.run(self._p.append_to(stream, payload, expect))
 
     def close(self) -> None:
+        """Closes the producer's connection."""
         if not self._loop.loop.is_closed():
             self._loop.run(self._p.close())
 
@@ -231,6 +345,7 @@ class Tail(_Iter):
 
     @property
     def next_offset(self) -> int:
+        """The offset after the last record handed out (where a new tail resumes)."""
         return self._t.next_offset
 
     def __enter__(self) -> "Tail":
@@ -254,6 +369,7 @@ class Tail(_Iter):
         return self._call(self._t.next(timeout))
 
     def close(self) -> None:
+        """Ends the tail."""
         if not self._loop.loop.is_closed():
             self._call(self._t.close())
 
@@ -267,10 +383,12 @@ class Subscription(_Iter):
 
     @property
     def positions(self) -> Dict[int, int]:
+        """The next offset per shard after the events handed out (to resume a prefix)."""
         return self._s.positions
 
     @property
     def next_version(self) -> int:
+        """The version after the last event handed out (to resume a stream)."""
         return self._s.next_version
 
     def __enter__(self) -> "Subscription":
@@ -287,8 +405,10 @@ class Subscription(_Iter):
         return self._call(self._s.next())
 
     def next(self, timeout: Optional[float] = None) -> Event:
+        """The next event; :class:`~corelog.errors.RequestTimeout` after ``timeout`` s."""
         return self._call(self._s.next(timeout))
 
     def close(self) -> None:
+        """Ends the subscription."""
         if not self._loop.loop.is_closed():
             self._call(self._s.close())

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, NamedTuple, Optional
 
 from .codec import Record, Role
+from .errors import ConfigError
 
 __all__ = ["Position", "StreamAppended", "Appended", "StreamRead", "ServerInfo", "Event", "ClientConfig"]
 
@@ -85,7 +86,9 @@ class ClientConfig:
     """How to reach the nodes: mTLS (the default; ``ca``, ``cert``, ``key`` are PEM files,
     as written by ``corelog certs``) or plaintext (``insecure=True``, only against a server
     started with ``--insecure``). ``certs`` is a shortcut for a ``corelog certs --out``
-    directory (``ca.pem``, ``client.pem``, ``client.key``). Times are in seconds."""
+    directory (``ca.pem``, ``client.pem``, ``client.key``). Times are in seconds. The
+    files are loaded here: a missing or unreadable one, or a bad value, raises
+    :class:`~corelog.errors.ConfigError` naming it."""
 
     ca: Optional[str] = None
     cert: Optional[str] = None
@@ -103,11 +106,22 @@ class ClientConfig:
 
     def __post_init__(self) -> None:
         if self.certs is not None:
+            if not os.path.isdir(self.certs):
+                raise ConfigError(f"certs={self.certs!r} is not a directory (want a 'corelog certs --out' "
+                                  "directory with ca.pem, client.pem, client.key)")
             self.ca = self.ca or os.path.join(self.certs, "ca.pem")
             self.cert = self.cert or os.path.join(self.certs, "client.pem")
             self.key = self.key or os.path.join(self.certs, "client.key")
         if not self.insecure and not self.ca:
-            raise ValueError("mTLS needs ca (and cert, key), or certs=DIR; or insecure=True")
+            raise ConfigError("mTLS needs ca (and cert, key), or certs=DIR; or insecure=True")
+        for name in ("failover_timeout", "request_timeout", "connect_timeout"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+                raise ConfigError(f"{name}={v!r}: a number of seconds above 0")
+        if not isinstance(self.server_name, str) or not self.server_name:
+            raise ConfigError(f"server_name={self.server_name!r}: the name the nodes' certificates carry")
+        if not self.insecure:
+            self.ssl_context()
 
     @classmethod
     def of(cls, config: Optional["ClientConfig"] = None, **kwargs: Any) -> "ClientConfig":
@@ -124,9 +138,19 @@ class ClientConfig:
         if self._ctx is None:
             ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
             ctx.minimum_version = ssl.TLSVersion.TLSv1_3
-            ctx.load_verify_locations(cafile=self.ca)
+            for what, path in (("ca", self.ca), ("cert", self.cert), ("key", self.key)):
+                if path is not None and not os.path.isfile(path):
+                    raise ConfigError(f"{what}={path!r}: no such file")
+            try:
+                ctx.load_verify_locations(cafile=self.ca)
+            except (OSError, ssl.SSLError) as e:
+                raise ConfigError(f"ca={self.ca!r}: not a PEM certificate file ({e})") from None
             if self.cert:
-                ctx.load_cert_chain(self.cert, self.key)
+                try:
+                    ctx.load_cert_chain(self.cert, self.key)
+                except (OSError, ssl.SSLError) as e:
+                    raise ConfigError(f"cert={self.cert!r}, key={self.key!r}: not a matching PEM certificate "
+                                      f"and key ({e})") from None
             ctx.check_hostname = True
             self._ctx = ctx
         return self._ctx
