@@ -252,6 +252,144 @@ def make_pair(tmp_path_factory: pytest.TempPathFactory, certs: Path) -> Iterator
             p.stop()
 
 
+class Etcd:
+    """A single-member etcd on loopback (as server/tests/common/etcd.rs starts it)."""
+
+    def __init__(self, workdir: Path) -> None:
+        import shutil
+
+        if shutil.which("etcd") is None:
+            pytest.skip("etcd not installed: apt-get install etcd-server")
+        base = free_base([0, 1])
+        self.port = base
+        self.log = workdir / "etcd.log"
+        url = f"http://127.0.0.1:{base}"
+        peer = f"http://127.0.0.1:{base + 1}"
+        with open(self.log, "ab") as logf:
+            self.proc = subprocess.Popen(
+                ["etcd", "--name", "t", "--data-dir", str(workdir / "etcd"), "--listen-client-urls", url,
+                 "--advertise-client-urls", url, "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+                 "--initial-cluster", f"t={peer}", "--heartbeat-interval", "50", "--election-timeout", "250"],
+                stdout=subprocess.DEVNULL, stderr=logf, stdin=subprocess.DEVNULL)
+        self.endpoint = url
+
+        def answers() -> bool:
+            assert self.proc.poll() is None, f"etcd exited:\n{self.log.read_text(errors='replace')[-3000:]}"
+            with socket.create_connection(("127.0.0.1", base), timeout=1) as s:
+                body = b'{"key":"aGVhbHRo"}'
+                s.sendall(b"POST /v3/kv/range HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                          b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(body), body))
+                return s.recv(64).startswith(b"HTTP/1.1 200")
+
+        wait_until(answers, 20, "etcd to answer")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=30)
+
+
+def _low_base(offsets: List[int]) -> int:
+    """Like :func:`free_base`, below the ephemeral port range: coordinator-mode nodes
+    re-bind their ports on every role change, and a port in that range may meanwhile be
+    the local end of a client connection."""
+    try:
+        lo = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        lo = 32768
+    rng = random.Random()
+    for _ in range(2000):
+        b = rng.randrange(10000, lo - 100)
+        ports = [b + o for o in offsets]
+        if not any(p in _taken for p in ports) and all(_port_free(p) for p in ports):
+            _taken.update(ports)
+            return b
+    raise RuntimeError("no free port range below the ephemeral ports")
+
+
+class CoordNode(Node):
+    """A coordinator-mode node (``--coordinator``; server/tests/common/coord.rs's flags)."""
+
+    def __init__(self, name: str, peer_name: str, workdir: Path, certs: Path, base: int, peer_base: int,
+                 etcd: str, cluster: str, ident: str) -> None:
+        super().__init__(name, workdir, certs, "coordinated", base, base + 10, f"127.0.0.1:{peer_base}")
+        self.metrics_port = base + 20
+        self.peer_name = peer_name
+        self.peer_repl = f"127.0.0.1:{peer_base + 10}"
+        self.etcd = etcd
+        self.cluster = cluster
+        self.ident = ident
+
+    def args(self, role: str) -> List[str]:
+        return [str(BIN), "serve", "--data-dir", str(self.data), "--listen", self.addr,
+                "--repl-listen", f"127.0.0.1:{self.repl_port}", "--coordinator", self.etcd,
+                "--cluster", self.cluster, "--node-id", self.name, "--peer-id", self.peer_name,
+                "--peer-repl", self.peer_repl, "--peer-client", self.peer, "--lease-ttl-ms", "1000",
+                "--min-insync", "1", "--metrics-listen", f"127.0.0.1:{self.metrics_port}",
+                "--shard-count", str(SHARDS), "--segment-bytes", str(4 << 20),
+                "--cert", str(self.certs / f"{self.ident}.pem"), "--key", str(self.certs / f"{self.ident}.key"),
+                "--client-ca", str(self.certs / "ca.pem")] + list(self.extra)
+
+    def health(self) -> str:
+        """The ``role=... epoch=... insync=... degraded=...`` line of /health; '' when down."""
+        try:
+            with socket.create_connection(("127.0.0.1", self.metrics_port), timeout=0.3) as s:
+                s.settimeout(2)
+                s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                out = b""
+                while True:
+                    d = s.recv(4096)
+                    if not d:
+                        break
+                    out += d
+        except OSError:
+            return ""
+        lines = [ln.strip() for ln in out.decode(errors="replace").splitlines() if "role=" in ln]
+        return lines[-1] if lines else ""
+
+
+class CoordPair:
+    """etcd and two coordinator-mode nodes ``a`` and ``b`` (2 shards each)."""
+
+    def __init__(self, workdir: Path, certs: Path) -> None:
+        self.etcd = Etcd(workdir)
+        self.certs = certs
+        ba, bb = _low_base(list(range(0, 24))), _low_base(list(range(0, 24)))
+        cluster = f"py{os.getpid()}_{random.randrange(1 << 30)}"
+        self.nodes = [CoordNode("a", "b", workdir, certs, ba, bb, self.etcd.endpoint, cluster, "server"),
+                      CoordNode("b", "a", workdir, certs, bb, ba, self.etcd.endpoint, cluster, "follower")]
+
+    def start(self) -> "CoordPair":
+        for n in self.nodes:
+            n.start()
+        self.wait_pair()
+        return self
+
+    @property
+    def addrs(self) -> str:
+        return ",".join(n.addr for n in self.nodes)
+
+    def leader(self) -> int:
+        """Index of the node that leads with both in sync (waits, bounded)."""
+        return self.wait_pair()
+
+    def wait_pair(self, timeout: float = 60) -> int:
+        def pair() -> Optional[int]:
+            h = [n.health() for n in self.nodes]
+            for i in (0, 1):
+                if ("role=leader" in h[i] and "insync=2" in h[i] and "degraded=0" in h[i]
+                        and "role=follower" in h[1 - i]):
+                    return i + 1
+            return None
+
+        return int(wait_until(pair, timeout, "one leader (insync=2) and one follower", every=0.05)) - 1
+
+    def stop(self) -> None:
+        for n in self.nodes:
+            n.kill()
+        self.etcd.stop()
+
+
 class Trimmed:
     """A dedicated pair whose shard 0 was filled past a few 4 MiB segments and then
     trimmed on both nodes (docs/operations.md §13), for the retention tests (read only:
@@ -307,6 +445,23 @@ class Trimmed:
 
         asyncio.run(asyncio.wait_for(go(), 180))
         return self
+
+
+@pytest.fixture
+def make_coord(tmp_path_factory: pytest.TempPathFactory, certs: Path) -> Iterator[Callable[[], CoordPair]]:
+    """Coordinator-mode pairs (etcd + two nodes) for tests that kill and fail over."""
+    made: List[CoordPair] = []
+
+    def make() -> CoordPair:
+        p = CoordPair(tmp_path_factory.mktemp("coord"), certs)
+        made.append(p)
+        return p.start()
+
+    try:
+        yield make
+    finally:
+        for p in made:
+            p.stop()
 
 
 @pytest.fixture(scope="session")

@@ -195,6 +195,7 @@ class Connection:
 
     @property
     def closed(self) -> bool:
+        """Whether the connection is closed (requests raise :class:`NotSent`)."""
         return self._closed
 
     def send(self, frame: bytes) -> "asyncio.Future[Frame]":

@@ -125,6 +125,7 @@ class ClientConfig:
 
     @classmethod
     def of(cls, config: Optional["ClientConfig"] = None, **kwargs: Any) -> "ClientConfig":
+        """``config`` as given, or one made of the keyword settings (not both)."""
         if config is not None:
             if kwargs:
                 raise TypeError("give either config or keyword settings, not both")
