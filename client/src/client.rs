@@ -27,14 +27,22 @@
 //! `ReplicationTimeout` answers are unknown outcomes too. A request unanswered for
 //! `with_request_timeout` (default 30 s) fails as unknown and drops its connection.
 //!
-//! [`Error::outcome`] classifies any failed append. [`Outcome::NotWritten`]: refused
-//! before it was taken — `NotLeader`, `Unavailable`, `Fenced`, `BadFrame`, `TooLarge`,
-//! `UnknownOpcode`, `BadVersion`, `NoSuchShard`, `Overloaded`, `ShuttingDown`,
-//! `BadHandshake`, a payload over the maximum, or no connection (connect/TLS/Hello failure,
-//! connection closed before the request was handed to it). [`Outcome::Unknown`]: everything
-//! else — the connection lost after sending (`Closed`, `Io`), no answer in time,
-//! `OutcomeUnknown`, `ReplicationTimeout`, `Internal`, a protocol violation; read the log to
-//! find out.
+//! [`Error::outcome`] classifies any failed append, over all its attempts
+//! (docs/protocol.md §6). [`Outcome::NotWritten`]: no attempt of it can be in the log, now
+//! or later — refused before it was taken (`NotLeader`, `Unavailable`, `Fenced`,
+//! `BadFrame`, `TooLarge`, `UnknownOpcode`, `BadVersion`, `NoSuchShard`, `Overloaded`,
+//! `ShuttingDown`, `BadHandshake`, a bad argument or configuration: [`Error::Invalid`]), or
+//! never sent (connect/TLS/Hello failure, connection closed before the request was handed
+//! to it). [`Outcome::Written`]: it is in the log though the call failed (`StaleSequence`).
+//! [`Outcome::Unknown`]: everything else — the connection lost after sending (`Closed`,
+//! `Io`), no answer in time, `OutcomeUnknown`, `ReplicationTimeout`, `Internal`, a protocol
+//! violation, and [`Error::InDoubt`]: a call whose last attempt was refused after an
+//! earlier one was lost in flight; read the log to find out.
+//!
+//! Cancellation: dropping the future of an append before its request was handed to the
+//! connection withdraws it (not written); after that the request goes out and may be
+//! written — a dropped append's outcome is unknown (wrap it in `tokio::time::timeout` and
+//! treat `Elapsed` as unknown, or use a [`crate::Producer`]).
 
 use std::collections::VecDeque;
 use std::path::Path;
@@ -87,13 +95,25 @@ pub enum Error {
         first: u64,
         message: String,
     },
+    /// Refused by the client before anything was sent: a bad argument or configuration
+    /// (an address without a port, a server name the node's certificate does not carry,
+    /// a stream name, a payload too large). Not retried; the message names the value.
+    Invalid(String),
+    /// An append gave up with `last` after an earlier attempt got no definite answer (it
+    /// may still be written): the outcome is unknown whatever `last` says.
+    InDoubt {
+        attempts: u32,
+        last: Box<Error>,
+    },
 }
 
-/// What a failed append may have left behind.
+/// What a failed append may have left behind, over all its attempts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
-    /// Refused before it was taken: it is not in the log.
+    /// No attempt of it is in the log, nor can one land later.
     NotWritten,
+    /// It is in the log, though the call failed (`StaleSequence`: the original is).
+    Written,
     /// It may or may not be in the log (read the log to find out).
     Unknown,
 }
@@ -104,6 +124,7 @@ impl Error {
             Error::Server { code, .. } => ErrorCode::from_u16(*code),
             Error::WrongExpectedVersion { .. } => Some(ErrorCode::WrongExpectedVersion),
             Error::OutOfRange { .. } => Some(ErrorCode::OutOfRange),
+            Error::InDoubt { last, .. } => last.code(),
             _ => None,
         }
     }
@@ -115,6 +136,7 @@ impl Error {
             Error::Unreachable(_)
             | Error::NotSent
             | Error::Tls(_)
+            | Error::Invalid(_)
             | Error::ProducerStopped(_)
             | Error::WrongExpectedVersion { .. }
             | Error::OutOfRange { .. } => Outcome::NotWritten,
@@ -125,6 +147,7 @@ impl Error {
                     | Overloaded | ShuttingDown | BadHandshake | SequenceGap | UnknownProducer | WrongShard
                     | BadRequest,
                 ) => Outcome::NotWritten,
+                Some(StaleSequence) => Outcome::Written,
                 _ => Outcome::Unknown,
             },
             _ => Outcome::Unknown,
@@ -150,6 +173,11 @@ impl std::fmt::Display for Error {
             Error::ProducerStopped(m) => write!(f, "{m}"),
             Error::WrongExpectedVersion { message, .. } => write!(f, "server error 21 WrongExpectedVersion: {message}"),
             Error::OutOfRange { message, .. } => write!(f, "server error 7 OutOfRange: {message}"),
+            Error::Invalid(m) => write!(f, "{m}"),
+            Error::InDoubt { attempts, last } => write!(
+                f,
+                "{last} (outcome unknown: an earlier of {attempts} attempts got no answer and may still be written)"
+            ),
         }
     }
 }
@@ -265,6 +293,7 @@ pub(crate) trait Stream: AsyncRead + AsyncWrite + Unpin + Send {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send> Stream for T {}
 
 pub(crate) async fn open(addr: &str, cfg: &ClientConfig) -> Result<Box<dyn Stream>, Error> {
+    check_addr(addr)?;
     let tcp = tokio::time::timeout(cfg.connect_timeout, TcpStream::connect(addr))
         .await
         .map_err(|_| Error::Io(std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out")))??;
@@ -273,9 +302,116 @@ pub(crate) async fn open(addr: &str, cfg: &ClientConfig) -> Result<Box<dyn Strea
         None => Ok(Box::new(tcp)),
         Some((c, name)) => {
             let conn = tokio_rustls::TlsConnector::from(c.clone());
-            let s = conn.connect(name.clone(), tcp).await.map_err(|e| Error::Tls(e.to_string()))?;
+            let s = conn.connect(name.clone(), tcp).await.map_err(|e| {
+                let bad_cert = e.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>()).is_some_and(|r| {
+                    matches!(r, rustls::Error::InvalidCertificate(_))
+                });
+                if bad_cert {
+                    // No retry cures a certificate that does not match: say which setting.
+                    Error::Invalid(format!(
+                        "{addr}: TLS with server name {:?} failed: {e} (check the server name and the CA, or the client certificate)",
+                        name.to_str()
+                    ))
+                } else {
+                    Error::Tls(e.to_string())
+                }
+            })?;
             Ok(Box::new(s))
         }
+    }
+}
+
+/// `Error::Invalid` unless `addr` is `host:port`.
+pub(crate) fn check_addr(addr: &str) -> Result<(), Error> {
+    match addr.rsplit_once(':') {
+        Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0) => Ok(()),
+        _ => Err(Error::Invalid(format!("address {addr:?} is not host:port"))),
+    }
+}
+
+/// What an append does after an attempt failed (docs/protocol.md §6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Step {
+    /// Nothing was written there: try again, on another node (or the leader named).
+    Move,
+    /// The attempt may have landed: an idempotent append is sent again, a plain one not.
+    Lost,
+    /// An idempotent append waits for an earlier sequence of its producer.
+    Wait,
+    /// A definite answer no retry changes.
+    Stop,
+}
+
+pub(crate) fn step(e: &Error) -> Step {
+    use ErrorCode::*;
+    match e {
+        Error::Unreachable(_) | Error::NotSent | Error::Tls(_) => Step::Move,
+        Error::Io(_) | Error::Closed | Error::Timeout(_) => Step::Lost,
+        Error::Server { .. } => match e.code() {
+            Some(NotLeader | Unavailable | Fenced | ShuttingDown | Overloaded) => Step::Move,
+            Some(OutcomeUnknown | ReplicationTimeout) => Step::Lost,
+            Some(SequenceGap | UnknownProducer) => Step::Wait,
+            _ => Step::Stop,
+        },
+        _ => Step::Stop,
+    }
+}
+
+/// One append's attempts, the one retry path of plain appends, stream appends and
+/// producers: the failover budget, the back-off (20 ms doubling to 200 ms), and whether
+/// an attempt may have landed (then the call can no longer say `NotWritten`).
+pub(crate) struct Attempts {
+    budget: Duration,
+    pub(crate) deadline: Option<Instant>,
+    backoff: Duration,
+    pub(crate) sent: u32,
+    pub(crate) in_doubt: bool,
+}
+
+impl Attempts {
+    /// The budget starts now (`start`), or at the first failure (a producer's).
+    pub(crate) fn new(cfg: &ClientConfig, start: bool) -> Attempts {
+        let deadline = start.then(|| Instant::now() + cfg.failover_timeout);
+        Attempts {
+            budget: cfg.failover_timeout,
+            deadline,
+            backoff: Duration::from_millis(20),
+            sent: 0,
+            in_doubt: false,
+        }
+    }
+
+    pub(crate) fn start(&mut self) -> Instant {
+        *self.deadline.get_or_insert_with(|| Instant::now() + self.budget)
+    }
+
+    /// Notes an attempt's failure; its step.
+    pub(crate) fn failed(&mut self, e: &Error) -> Step {
+        let s = step(e);
+        if s == Step::Lost {
+            self.in_doubt = true;
+        }
+        s
+    }
+
+    /// `e` as the call's error, with the outcome over all attempts.
+    pub(crate) fn fail(&self, e: Error) -> Error {
+        if self.in_doubt && e.outcome() == Outcome::NotWritten {
+            Error::InDoubt { attempts: self.sent, last: Box::new(e) }
+        } else {
+            e
+        }
+    }
+
+    /// Sleeps the back-off; `Err` (the call's error) when the budget would end first.
+    pub(crate) async fn pause(&mut self, e: Error) -> Result<(), Error> {
+        let end = self.start();
+        if Instant::now() + self.backoff >= end {
+            return Err(self.fail(e));
+        }
+        tokio::time::sleep(self.backoff).await;
+        self.backoff = (self.backoff * 2).min(Duration::from_millis(200));
+        Ok(())
     }
 }
 
@@ -477,6 +613,9 @@ pub struct Client {
     /// Connected to the direct ports of this shard (`connect_shard`): a leader named by
     /// `NotLeader` (a client address) is reached on its direct port for the shard too.
     pub(crate) shard: Option<u16>,
+    /// The cluster's shard count once a `HelloOk` said it (0: not yet); shared with the
+    /// clients of other shards made from this one.
+    pub(crate) shard_count: Arc<std::sync::atomic::AtomicU16>,
 }
 
 /// `"A,B"` → `["A", "B"]`.
@@ -493,10 +632,27 @@ impl Client {
 
     /// A client over `addrs` (from `given`), connected to the first that answers.
     async fn open(given: &str, addrs: Vec<String>, cfg: &ClientConfig, shard: Option<u16>) -> Result<Client, Error> {
+        let c = Client::lazy(given, addrs, cfg, shard, Default::default())?;
+        c.connection().await?;
+        Ok(c)
+    }
+
+    /// A client over `addrs` that connects on first use. `Error::Invalid` if there is no
+    /// address or one is not `host:port`.
+    pub(crate) fn lazy(
+        given: &str,
+        addrs: Vec<String>,
+        cfg: &ClientConfig,
+        shard: Option<u16>,
+        shard_count: Arc<std::sync::atomic::AtomicU16>,
+    ) -> Result<Client, Error> {
         if addrs.is_empty() {
-            return Err(Error::Unreachable(format!("no address in {given:?}")));
+            return Err(Error::Invalid(format!("no address in {given:?}")));
         }
-        let c = Client {
+        for a in &addrs {
+            check_addr(a)?;
+        }
+        Ok(Client {
             given: Arc::new(given.to_string()),
             by_shard: Default::default(),
             addrs: Arc::new(addrs),
@@ -505,9 +661,8 @@ impl Client {
             conn: Arc::new(Mutex::new(None)),
             cfg: cfg.clone(),
             shard,
-        };
-        c.connection().await?;
-        Ok(c)
+            shard_count,
+        })
     }
 
     /// [`Client::connect`] with the addresses as a slice.
@@ -519,7 +674,8 @@ impl Client {
     /// served by that shard's executor: use it to read or tail a given shard.
     pub async fn connect_shard(addr: &str, shard: u16, cfg: &ClientConfig) -> Result<Client, Error> {
         let direct: Result<Vec<String>, Error> = split_addrs(addr).iter().map(|a| shard_addr(a, shard)).collect();
-        Client::open(addr, direct?, cfg, Some(shard)).await
+        let direct = direct.map_err(|e| Error::Invalid(e.to_string()))?;
+        Client::open(addr, direct, cfg, Some(shard)).await
     }
 
     pub async fn info(&self) -> ServerInfo {
@@ -536,14 +692,17 @@ impl Client {
             return Ok(c.clone());
         }
         let mut errs = Vec::new();
+        let mut bad = None;
         let hint = self.hint.lock().unwrap().take();
         if let Some(a) = hint {
             match Conn::open(&a, &self.cfg).await {
                 Ok(c) => {
                     let c = Arc::new(c);
+                    self.shard_count.store(c.info.shard_count, Ordering::Relaxed);
                     *g = Some(c.clone());
                     return Ok(c);
                 }
+                Err(e @ Error::Invalid(_)) => bad = Some(e),
                 Err(e) => errs.push(format!("{a}: {e}")),
             }
         }
@@ -553,16 +712,21 @@ impl Client {
             match Conn::open(a, &self.cfg).await {
                 Ok(c) => {
                     let c = Arc::new(c);
+                    self.shard_count.store(c.info.shard_count, Ordering::Relaxed);
                     *g = Some(c.clone());
                     return Ok(c);
                 }
                 Err(e) => {
                     errs.push(format!("{a}: {e}"));
+                    if matches!(e, Error::Invalid(_)) {
+                        bad = Some(e);
+                    }
                     self.next.store(i + 1, Ordering::Relaxed);
                 }
             }
         }
-        Err(Error::Unreachable(errs.join("; ")))
+        // A setting no retry can cure is said as such, not as an outage.
+        Err(bad.unwrap_or_else(|| Error::Unreachable(errs.join("; "))))
     }
 
     /// Drops `old` if it is still the current connection (so that of many tasks that saw
@@ -624,48 +788,52 @@ impl Client {
     /// Sends an append frame and returns its successful answer, following leadership
     /// while nothing was written (see the module docs).
     pub(crate) async fn submit(&self, frame: Vec<u8>) -> Result<Reply, Error> {
-        let give_up = Instant::now() + self.cfg.failover_timeout;
-        let mut backoff = Duration::from_millis(20);
+        self.submit_with(frame, &mut Attempts::new(&self.cfg, true)).await
+    }
+
+    /// [`Client::submit`] within `attempts` (a stream append shares them with finding
+    /// its shard).
+    pub(crate) async fn submit_with(&self, frame: Vec<u8>, attempts: &mut Attempts) -> Result<Reply, Error> {
         loop {
             // Opening connections counts against the budget too.
-            let conn = match tokio::time::timeout_at(give_up.into(), self.connection()).await {
+            let end = attempts.start();
+            let conn = match tokio::time::timeout_at(end.into(), self.connection()).await {
                 Ok(c) => c,
-                Err(_) => return Err(Error::Unreachable("failover budget spent connecting".into())),
+                Err(_) => Err(Error::Unreachable("failover budget spent connecting".into())),
             };
             let err = match conn {
+                Err(e @ Error::Invalid(_)) => return Err(e),
                 Err(e) => e,
-                Ok(conn) => match conn.call(frame.clone(), self.cfg.request_timeout).await {
-                    Ok(reply) => match reply.response().map(|_| ()) {
-                        Ok(()) => return Ok(reply),
-                        Err(e) if e.code() == Some(ErrorCode::NotLeader) => {
-                            let to = match &e {
-                                Error::Server { message, .. } if !message.is_empty() => Some(message.clone()),
+                Ok(conn) => {
+                    attempts.sent += 1;
+                    let r = conn.call(frame.clone(), self.cfg.request_timeout).await;
+                    let e = match r.and_then(|reply| reply.response().map(|_| ()).map(|()| reply)) {
+                        Ok(reply) => return Ok(reply),
+                        Err(e) => e,
+                    };
+                    match attempts.failed(&e) {
+                        Step::Move => {
+                            let to = match (&e, e.code()) {
+                                (Error::Server { message, .. }, Some(ErrorCode::NotLeader)) if !message.is_empty() => {
+                                    Some(message.clone())
+                                }
                                 _ => None,
                             };
                             self.move_on(&conn, to.as_deref()).await;
-                            e
                         }
-                        Err(e) if matches!(e.code(), Some(ErrorCode::Unavailable | ErrorCode::Fenced)) => {
-                            self.move_on(&conn, None).await;
-                            e
+                        Step::Lost => {
+                            if !matches!(e, Error::Server { .. }) {
+                                self.move_on(&conn, None).await; // broken or hanging
+                            }
+                            return Err(attempts.fail(e)); // never re-sent: it could be stored twice
                         }
-                        Err(e) => return Err(e),
-                    },
-                    Err(e) => {
-                        self.move_on(&conn, None).await;
-                        if e.outcome() == Outcome::Unknown {
-                            return Err(e);
-                        }
-                        e
+                        Step::Wait | Step::Stop => return Err(attempts.fail(e)),
                     }
-                },
+                    e
+                }
             };
             // Nothing was written: safe to try again, elsewhere, until the budget ends.
-            if Instant::now() + backoff >= give_up {
-                return Err(err);
-            }
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(Duration::from_millis(200));
+            attempts.pause(err).await?;
         }
     }
 
@@ -693,9 +861,10 @@ impl Client {
 
 /// The direct address of `shard` given a node's client address `host:port`.
 pub fn shard_addr(addr: &str, shard: u16) -> Result<String, Error> {
-    let (host, port) = addr.rsplit_once(':').ok_or_else(|| Error::Protocol(format!("address {addr} has no port")))?;
-    let port: u16 = port.parse().map_err(|_| Error::Protocol(format!("bad port in {addr}")))?;
-    let p = port.checked_add(1 + shard).ok_or_else(|| Error::Protocol("port overflow".into()))?;
+    let (host, port) = addr.rsplit_once(':').ok_or_else(|| Error::Invalid(format!("address {addr:?} has no port")))?;
+    let port: u16 = port.parse().map_err(|_| Error::Invalid(format!("bad port in {addr:?}")))?;
+    let p =
+        port.checked_add(1 + shard).ok_or_else(|| Error::Invalid(format!("port overflow: {addr:?} shard {shard}")))?;
     Ok(format!("{host}:{p}"))
 }
 
@@ -720,6 +889,9 @@ pub struct Tail {
     reader: FrameReader<tokio::io::ReadHalf<Box<dyn Stream>>>,
     _writer: tokio::io::WriteHalf<Box<dyn Stream>>,
     pending: VecDeque<Record>,
+    /// The offset the next record received must have.
+    fetched: u64,
+    /// The offset after the last record handed out.
     next_offset: u64,
 }
 
@@ -749,13 +921,20 @@ impl Tail {
         w.write_all(&out).await?;
         let hello = reader.next().await?.ok_or(Error::Closed)?;
         hello.response()?;
-        Ok(Tail { reader, _writer: w, pending: VecDeque::new(), next_offset: from })
+        Ok(Tail { reader, _writer: w, pending: VecDeque::new(), fetched: from, next_offset: from })
+    }
+
+    /// The offset after the last record [`Tail::next`] handed out (`from` before the
+    /// first): where a new tail resumes without skipping or repeating a record.
+    pub fn next_offset(&self) -> u64 {
+        self.next_offset
     }
 
     /// The next record; `Ok(None)` when the server closed the tail.
     pub async fn next(&mut self) -> Result<Option<Record>, Error> {
         loop {
             if let Some(r) = self.pending.pop_front() {
+                self.next_offset = r.offset + 1;
                 return Ok(Some(r));
             }
             let Some(reply) = self.reader.next().await? else {
@@ -764,13 +943,13 @@ impl Tail {
             match reply.response()? {
                 Response::Records { records, .. } => {
                     for r in to_records(records)? {
-                        if r.offset != self.next_offset {
+                        if r.offset != self.fetched {
                             return Err(Error::Protocol(format!(
                                 "tail gap: expected {}, got {}",
-                                self.next_offset, r.offset
+                                self.fetched, r.offset
                             )));
                         }
-                        self.next_offset += 1;
+                        self.fetched += 1;
                         self.pending.push_back(r);
                     }
                 }

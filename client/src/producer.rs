@@ -31,7 +31,11 @@
 //! sent again (so that after a failure the producer drains its retries, then pipelines
 //! again). An append that fails for good — the budget spent, or an
 //! error that is not retried — stops the producer: later sequences could never follow it,
-//! so every later call fails with [`Error::ProducerStopped`]; start a new producer.
+//! so every later call fails with [`Error::ProducerStopped`]; start a new producer. The
+//! error says the outcome over all the append's attempts: if one was lost in flight and
+//! none got a definite answer before the budget ended, it is [`Error::InDoubt`]
+//! (outcome unknown), never a `NotWritten` error. Dropping an append's future stops the
+//! producer too (the sequence may or may not be written; later ones could not follow).
 //!
 //! Streams: [`Producer::append_to`] appends to a stream of the producer's shard
 //! ([`Producer::connect_for_stream`] picks the shard of a stream). With `Expect::Any` it
@@ -43,14 +47,14 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use std::collections::BTreeSet;
 use std::sync::atomic::AtomicU64;
 
 use tokio::sync::{oneshot, Mutex, Notify};
 
-use crate::client::{answer, Client, ClientConfig, Conn, Error, Position, Reply};
+use crate::client::{answer, Attempts, Client, ClientConfig, Conn, Error, Position, Reply, Step};
 use crate::codec::{self, ErrorCode, Expect, ProducerSeq, Response, StreamReq};
 
 /// Appends of one producer in flight at most: the positions a shard remembers per producer.
@@ -90,7 +94,11 @@ pub struct Producer {
     client: Client,
     id: u64,
     shard: u16,
-    seqs: Mutex<Seqs>,
+    /// Never held across an await (a dropped append settles its sequence in `Drop`).
+    seqs: std::sync::Mutex<Seqs>,
+    /// Held from taking a sequence to handing its first attempt to the connection, so
+    /// that first sends leave in sequence order.
+    send_order: Mutex<()>,
     /// A pending sequence settled (or the producer stopped): retries check their turn.
     turn: Notify,
     stopped: AtomicBool,
@@ -121,13 +129,14 @@ impl Producer {
             client,
             id,
             shard,
-            seqs: Mutex::new(Seqs {
+            seqs: std::sync::Mutex::new(Seqs {
                 next: next_seq,
                 pending: BTreeSet::new(),
                 failed: BTreeSet::new(),
                 exclusive: false,
                 want_exclusive: 0,
             }),
+            send_order: Mutex::new(()),
             shard_count,
             turn: Notify::new(),
             stopped: AtomicBool::new(false),
@@ -137,7 +146,7 @@ impl Producer {
 
     /// A new producer for the shard that holds `stream`.
     pub async fn connect_for_stream(addrs: &str, cfg: &ClientConfig, stream: &str) -> Result<Producer, Error> {
-        crate::record::check_stream_name(stream.as_bytes()).map_err(Error::Protocol)?;
+        crate::record::check_stream_name(stream.as_bytes()).map_err(Error::Invalid)?;
         let count = Client::connect(addrs, cfg).await?.info().await.shard_count;
         Producer::connect(addrs, cfg, codec::stream_shard(stream.as_bytes(), count.max(1))).await
     }
@@ -163,10 +172,10 @@ impl Producer {
     /// Appends `payload` once to `stream` (which must live on this producer's shard) if
     /// the stream meets `expect`. `Error::WrongExpectedVersion` leaves the producer usable.
     pub async fn append_to(&self, stream: &str, expect: Expect, payload: &[u8]) -> Result<Appended, Error> {
-        crate::record::check_stream_name(stream.as_bytes()).map_err(Error::Protocol)?;
+        crate::record::check_stream_name(stream.as_bytes()).map_err(Error::Invalid)?;
         let home = codec::stream_shard(stream.as_bytes(), self.shard_count);
         if home != self.shard {
-            return Err(Error::Protocol(format!(
+            return Err(Error::Invalid(format!(
                 "stream {stream:?} lives on shard {home}; this producer appends to shard {}",
                 self.shard
             )));
@@ -179,31 +188,42 @@ impl Producer {
             return Err(Error::Codec(codec::CodecError::PayloadTooLarge(payload.len())));
         }
         let exclusive = stream.is_some_and(|s| s.expect() != Ok(Expect::Any));
-        let mut waiting = false; // counted in `want_exclusive`
-                                 // Sequence numbers and first sends in the same order, under one lock; a new
-                                 // sequence only within `WINDOW` of the lowest unsettled one, whose position the
-                                 // shard must still remember if it is a duplicate.
-        let (seq, frame, first) = loop {
+        // Sequence numbers and first sends in the same order; a new sequence only within
+        // `WINDOW` of the lowest unsettled one, whose position the shard must still
+        // remember if it is a duplicate.
+        let mut waiting = Waiting { p: self, on: false };
+        let order = loop {
             let notified = self.turn.notified();
             tokio::pin!(notified);
             notified.as_mut().enable(); // registered before the check: no wake-up lost
-            let mut g = self.seqs.lock().await;
-            if self.stopped.load(Ordering::Acquire) {
-                return Err(self.stopped_error());
-            }
-            // A conditional append goes when nothing is in flight; a plain one not while
-            // a conditional one is in flight or waiting for its turn.
-            let busy = g.exclusive || if exclusive { !g.pending.is_empty() } else { g.want_exclusive > 0 };
-            if busy || !g.failed.is_empty() || g.pending.first().is_some_and(|&low| g.next - low >= WINDOW as u64) {
-                if exclusive && !waiting {
-                    waiting = true;
+            let order = self.send_order.lock().await;
+            let wait = {
+                let mut g = self.seqs.lock().unwrap();
+                if self.stopped.load(Ordering::Acquire) {
+                    return Err(self.stopped_error());
+                }
+                // A conditional append goes when nothing is in flight; a plain one not
+                // while a conditional one is in flight or waiting for its turn.
+                let busy = g.exclusive || if exclusive { !g.pending.is_empty() } else { g.want_exclusive > 0 };
+                let full = g.pending.first().is_some_and(|&low| g.next - low >= WINDOW as u64);
+                let wait = busy || !g.failed.is_empty() || full;
+                if wait && exclusive && !waiting.on {
+                    waiting.on = true;
                     g.want_exclusive += 1;
                 }
-                drop(g);
+                wait
+            };
+            if wait {
+                drop(order);
                 notified.await;
                 continue;
             }
-            if waiting {
+            break order;
+        };
+        let (seq, frame) = {
+            let mut g = self.seqs.lock().unwrap();
+            if waiting.on {
+                waiting.on = false;
                 g.want_exclusive -= 1;
             }
             let seq = g.next;
@@ -212,16 +232,24 @@ impl Producer {
             g.exclusive = exclusive;
             let mut frame = Vec::with_capacity(payload.len() + codec::FRAME_HEADER_LEN + codec::APPEND2_MAX_HEADER);
             codec::encode_append2(0, Some(ProducerSeq { id: self.id, seq }), stream, payload, &mut frame);
-            let first = self.send(&frame).await;
-            break (seq, frame, first);
+            (seq, frame)
         };
-        let (r, resent) = self.complete(seq, &frame, first).await;
-        let mut g = self.seqs.lock().await;
+        // From here a dropped future settles the sequence (and stops the producer).
+        let mut settle = Settle { p: self, seq, exclusive, armed: true };
+        let mut attempts = Attempts::new(&self.client.cfg, false);
+        attempts.sent += 1;
+        let first = self.send(&frame).await;
+        drop(order);
+        let r = self.complete(seq, &frame, first, &mut attempts).await;
+        settle.armed = false;
+        let mut g = self.seqs.lock().unwrap();
         match &r {
             // Refused at its only send, and nothing else was sent since: nothing with this
             // sequence can be written any more, so the sequence is free. (After a re-send
             // an earlier attempt might still be in flight somewhere: stop instead.)
-            Err(Error::WrongExpectedVersion { .. }) if exclusive && !resent && g.next == seq + 1 => g.next = seq,
+            Err(Error::WrongExpectedVersion { .. }) if exclusive && attempts.sent == 1 && g.next == seq + 1 => {
+                g.next = seq
+            }
             Err(_) => self.stopped.store(true, Ordering::Release),
             Ok(_) => {}
         }
@@ -243,18 +271,10 @@ impl Producer {
 
     /// Waits for the answer to `first`; after a failure that is retried, sends again —
     /// in sequence order: only the lowest pending sequence is re-sent, so that retries
-    /// do not arrive out of order and refuse each other (`SequenceGap`) for ever.
-    /// Also says whether the append was sent more than once.
-    async fn complete(&self, seq: u64, frame: &[u8], first: Sent) -> (Result<Appended, Error>, bool) {
-        let mut resent = false;
-        let r = self.complete_inner(seq, frame, first, &mut resent).await;
-        (r, resent)
-    }
-
-    async fn complete_inner(&self, seq: u64, frame: &[u8], first: Sent, resent: &mut bool) -> Result<Appended, Error> {
+    /// do not arrive out of order and refuse each other (`SequenceGap`) for ever. The
+    /// error, if it gives up, carries the outcome over all attempts.
+    async fn complete(&self, seq: u64, frame: &[u8], first: Sent, attempts: &mut Attempts) -> Result<Appended, Error> {
         let timeout = self.client.cfg.request_timeout;
-        let mut give_up: Option<Instant> = None;
-        let mut backoff = Duration::from_millis(20);
         let mut sent = first;
         loop {
             let (conn, err) = match sent {
@@ -269,37 +289,33 @@ impl Producer {
                     Err(e) => (Some(conn), e),
                 },
             };
-            if !retried(&err) {
-                return Err(err);
+            let step = attempts.failed(&err);
+            if step == Step::Stop || matches!(err, Error::Invalid(_)) {
+                return Err(attempts.fail(err));
             }
-            self.seqs.lock().await.failed.insert(seq);
-            let gap = matches!(err.code(), Some(ErrorCode::SequenceGap | ErrorCode::UnknownProducer));
+            self.seqs.lock().unwrap().failed.insert(seq);
             if let Some(conn) = &conn {
                 match (&err, err.code()) {
-                    _ if gap => {}
+                    _ if step == Step::Wait => {}
                     (Error::Server { message, .. }, Some(ErrorCode::NotLeader)) if !message.is_empty() => {
                         self.client.move_on(conn, Some(message)).await
                     }
                     _ => self.client.move_on(conn, None).await,
                 }
             }
-            let end = *give_up.get_or_insert(Instant::now() + self.client.cfg.failover_timeout);
+            let end = attempts.start();
             // Re-send only once every lower sequence has settled. If one had to be waited
             // for, it just went through (or failed for good): no back-off then.
             let waited = match self.wait_turn(seq, end).await {
                 Ok(w) => w,
-                Err(true) => return Err(self.stopped_error()),
-                Err(false) => return Err(err),
+                Err(true) => return Err(attempts.fail(self.stopped_error())),
+                Err(false) => return Err(attempts.fail(err)),
             };
             if !waited {
-                if Instant::now() + backoff >= end {
-                    return Err(err);
-                }
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_millis(200));
+                attempts.pause(err).await?;
             }
             self.retries.fetch_add(1, Ordering::Relaxed);
-            *resent = true;
+            attempts.sent += 1;
             sent = self.send(frame).await;
         }
     }
@@ -315,7 +331,7 @@ impl Producer {
             if self.stopped.load(Ordering::Acquire) {
                 return Err(true);
             }
-            if self.seqs.lock().await.pending.first() == Some(&seq) {
+            if self.seqs.lock().unwrap().pending.first() == Some(&seq) {
                 return Ok(waited);
             }
             if tokio::time::timeout_at(end.into(), notified).await.is_err() {
@@ -333,29 +349,45 @@ impl Producer {
     }
 }
 
-/// Whether an idempotent append is sent again after this error: everything where it may
-/// not be in the log and sending it again cannot store it twice.
-fn retried(e: &Error) -> bool {
-    use ErrorCode::*;
-    match e {
-        Error::Io(_) | Error::Closed | Error::NotSent | Error::Timeout(_) | Error::Unreachable(_) | Error::Tls(_) => {
-            true
+/// Settles a sequence whose append future was dropped before it completed: its attempt
+/// may or may not be written and later sequences could not follow it, so the producer
+/// stops (every later call: `ProducerStopped`) instead of waiting for it for ever.
+struct Settle<'a> {
+    p: &'a Producer,
+    seq: u64,
+    exclusive: bool,
+    armed: bool,
+}
+
+impl Drop for Settle<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
         }
-        Error::Server { .. } => matches!(
-            e.code(),
-            Some(
-                NotLeader
-                    | Unavailable
-                    | Fenced
-                    | OutcomeUnknown
-                    | ReplicationTimeout
-                    | SequenceGap
-                    | UnknownProducer
-                    | ShuttingDown
-                    | Overloaded
-            )
-        ),
-        _ => false,
+        self.p.stopped.store(true, Ordering::Release);
+        let mut g = self.p.seqs.lock().unwrap_or_else(|e| e.into_inner());
+        g.pending.remove(&self.seq);
+        g.failed.remove(&self.seq);
+        if self.exclusive {
+            g.exclusive = false;
+        }
+        drop(g);
+        self.p.turn.notify_waiters();
+    }
+}
+
+/// A conditional append counted in `want_exclusive` while it waits; uncounted if dropped.
+struct Waiting<'a> {
+    p: &'a Producer,
+    on: bool,
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        if self.on {
+            self.p.seqs.lock().unwrap_or_else(|e| e.into_inner()).want_exclusive -= 1;
+            self.p.turn.notify_waiters();
+        }
     }
 }
 

@@ -15,10 +15,14 @@
 //! A stream lives on one shard (`codec::stream_shard`: FNV-1a of the name modulo the
 //! shard count); these calls reach it on its direct port on each node, with a client per
 //! shard made on first use. A stream append is a plain append as far as failures go
-//! (see the `client` module docs): for appends that are never stored twice, use a
-//! [`crate::Producer`] of the stream's shard and [`crate::Producer::append_to`].
+//! (see the `client` module docs), and follows leadership the same way — finding the
+//! stream's shard included, within the same failover budget: for appends that are never
+//! stored twice, use a [`crate::Producer`] of the stream's shard and
+//! [`crate::Producer::append_to`].
 
-use crate::client::{to_records, Client, Error, Position, Record};
+use std::sync::atomic::Ordering;
+
+use crate::client::{shard_addr, split_addrs, to_records, Attempts, Client, Error, Position, Record};
 use crate::codec::{self, Expect, Request, Response, StreamReq};
 use crate::record;
 
@@ -43,22 +47,39 @@ pub struct StreamRead {
 }
 
 impl Client {
+    /// The cluster's shard count (from the first `HelloOk`; it never changes).
+    pub async fn shard_count(&self) -> Result<u16, Error> {
+        match self.shard_count.load(Ordering::Relaxed) {
+            0 => Ok(self.connection().await?.info.shard_count.max(1)),
+            n => Ok(n),
+        }
+    }
+
     /// The client of the shard that holds `stream` (this one if it is that shard's).
     pub async fn for_stream(&self, stream: &str) -> Result<Client, Error> {
-        record::check_stream_name(stream.as_bytes()).map_err(Error::Protocol)?;
-        let count = self.connection().await?.info.shard_count;
+        record::check_stream_name(stream.as_bytes()).map_err(Error::Invalid)?;
+        let count = self.shard_count().await?;
         self.for_shard(codec::stream_shard(stream.as_bytes(), count)).await
     }
 
-    /// A client of `shard`'s direct ports on the same nodes (made once, then shared).
+    /// A client of `shard`'s direct ports on the same nodes (made once, then shared),
+    /// connected.
     pub async fn for_shard(&self, shard: u16) -> Result<Client, Error> {
+        let c = self.shard_client(shard)?;
+        c.connection().await?;
+        Ok(c)
+    }
+
+    /// [`Client::for_shard`] without connecting (it connects on first use).
+    fn shard_client(&self, shard: u16) -> Result<Client, Error> {
         if self.shard == Some(shard) {
             return Ok(self.clone());
         }
         if let Some(c) = self.by_shard.lock().unwrap().get(&shard) {
             return Ok(c.clone());
         }
-        let c = Client::connect_shard(&self.given, shard, &self.cfg).await?;
+        let direct = split_addrs(&self.given).iter().map(|a| shard_addr(a, shard)).collect::<Result<Vec<_>, _>>()?;
+        let c = Client::lazy(&self.given, direct, &self.cfg, Some(shard), self.shard_count.clone())?;
         Ok(self.by_shard.lock().unwrap().entry(shard).or_insert(c).clone())
     }
 
@@ -69,10 +90,22 @@ impl Client {
         if payload.len() > codec::MAX_PAYLOAD {
             return Err(Error::Codec(codec::CodecError::PayloadTooLarge(payload.len())));
         }
-        let c = self.for_stream(stream).await?;
+        record::check_stream_name(stream.as_bytes()).map_err(Error::Invalid)?;
+        let mut attempts = Attempts::new(&self.cfg, true);
+        let count = loop {
+            let end = attempts.start();
+            let err = match tokio::time::timeout_at(end.into(), self.shard_count()).await {
+                Ok(Ok(n)) => break n,
+                Ok(Err(e @ Error::Invalid(_))) => return Err(e),
+                Ok(Err(e)) => e,
+                Err(_) => Error::Unreachable("failover budget spent connecting".into()),
+            };
+            attempts.pause(err).await?;
+        };
+        let c = self.shard_client(codec::stream_shard(stream.as_bytes(), count))?;
         let mut frame = Vec::with_capacity(payload.len() + codec::FRAME_HEADER_LEN + codec::APPEND2_MAX_HEADER);
         codec::encode_append2(0, None, Some(StreamReq::new(stream, expect)), payload, &mut frame);
-        let reply = c.submit(frame).await?;
+        let reply = c.submit_with(frame, &mut attempts).await?;
         match reply.response()? {
             Response::Appended2 { shard, offset, version: Some(version), .. } => {
                 Ok(StreamAppended { position: Position { shard, offset }, version })

@@ -128,7 +128,16 @@ def read_back(addrs: str, certs: str) -> Dict[int, List[codec.Record]]:
         async with corelog.aio.Client(addrs, certs=certs, failover_timeout=30) as c:
             for s in range(SHARDS):
                 direct = await c.for_shard(s)
-                await direct.append(b"barrier")
+                # Once an append of the shard is acknowledged, everything before it is
+                # committed and visible. (It may be refused while the follower catches up.)
+                end = time.monotonic() + 60
+                while True:
+                    try:
+                        await direct.append(b"barrier")
+                        break
+                    except corelog.CorelogError:
+                        assert time.monotonic() < end, f"no barrier append on shard {s} within 60 s"
+                        await asyncio.sleep(0.1)
                 out[s] = await c.read_all(s)
         return out
 
