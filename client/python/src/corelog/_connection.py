@@ -22,6 +22,8 @@ __all__ = ["Connection", "WINDOW", "Addrs"]
 
 #: The package's logger: connections opened and lost, leaders followed, retries, give-ups.
 log = logging.getLogger("corelog")
+# A library's logger says nothing unless the application configures logging.
+log.addHandler(logging.NullHandler())
 T = TypeVar("T")
 
 #: Appends of one producer in flight at most (the positions a shard remembers).
