@@ -213,6 +213,9 @@ struct SweepArgs {
 
 fn main() {
     let cli = Cli::parse();
+    // Each connection is a file descriptor; a stock shell's soft limit is 1,024 (children
+    // of `sweep` inherit the raised one).
+    let _ = corelog_server::net::fds::raise();
     let r = match cli.cmd {
         Cmd::Run(a) => run_step(a),
         Cmd::Sweep(a) => run_sweep(a),
@@ -227,6 +230,20 @@ fn main() {
     }
 }
 
+/// Refuses a run whose connections cannot all be open at once under this process's
+/// open-file limit (already raised to the hard one), saying what to change.
+fn check_open_files(connections: usize) -> Result<(), String> {
+    let l = corelog_server::net::fds::raise();
+    let need = connections + corelog_server::net::fds::PROCESS_FDS;
+    if need as u64 > l.soft {
+        return Err(format!(
+            "--connections {connections} needs about {need} open files, but this process may open {} (hard limit {}): raise the hard limit (`ulimit -n`), or spread the connections over several processes (`sweep --max-conns-per-process`)",
+            l.soft, l.hard
+        ));
+    }
+    Ok(())
+}
+
 fn run_step(a: RunArgs) -> Result<i32, String> {
     if let Some(l) = &a.label {
         let _ = corelog_loadgen::LOG_LABEL.set(l.clone());
@@ -239,6 +256,7 @@ fn run_step(a: RunArgs) -> Result<i32, String> {
     if a.connections == 0 {
         return Err("--connections must be at least 1".into());
     }
+    check_open_files(a.connections)?;
     let c = &a.common;
     if c.payload_bytes > corelog_client::codec::MAX_PAYLOAD {
         return Err(format!("--payload-bytes above the protocol maximum {}", corelog_client::codec::MAX_PAYLOAD));

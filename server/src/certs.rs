@@ -1,7 +1,9 @@
 //! `corelog certs --out DIR`: a development CA plus ECDSA P-256 certificates for the
 //! leader node (`server`), the follower node and a client. Keys are written mode 0600.
 //! Node certificates carry both serverAuth and clientAuth (a node is dialled on its
-//! client and replication ports and dials its peer when it leads). Leaf certificates carry
+//! client and replication ports and dials its peer when it leads) and the DNS name
+//! `corelog-replication-peer` that a replication peer must present (`net::peer`); the
+//! client certificate does not, so it cannot open a replication link. Leaf certificates carry
 //! Authority and Subject Key Identifiers (`openssl verify -x509_strict` accepts them).
 
 use std::io::Write;
@@ -36,10 +38,12 @@ pub fn generate(out: &Path, names: &[String]) -> Result<(), String> {
     write(&out.join("ca.key"), &ca_key.serialize_pem(), true)?;
     let mut sans = vec!["localhost".to_string(), "127.0.0.1".to_string()];
     sans.extend(names.iter().cloned());
-    for (name, cn, eku) in [
-        ("server", "corelog leader", vec![Eku::ServerAuth, Eku::ClientAuth]),
-        ("follower", "corelog follower", vec![Eku::ServerAuth, Eku::ClientAuth]),
-        ("client", "corelog client", vec![Eku::ClientAuth]),
+    let mut node_sans = sans.clone();
+    node_sans.push(crate::net::peer::DEFAULT_PEER_NAME.to_string());
+    for (name, cn, eku, sans) in [
+        ("server", "corelog leader", vec![Eku::ServerAuth, Eku::ClientAuth], &node_sans),
+        ("follower", "corelog follower", vec![Eku::ServerAuth, Eku::ClientAuth], &node_sans),
+        ("client", "corelog client", vec![Eku::ClientAuth], &sans),
     ] {
         let mut p = CertificateParams::new(sans.clone()).map_err(err)?;
         p.distinguished_name.push(DnType::CommonName, cn);

@@ -91,8 +91,16 @@ fn expect_next(e: Expect, version: Option<u64>) -> Expect {
     }
 }
 
-/// Appends each payload (or each stdin line with `-`); prints `shard offset` per event,
-/// followed by the stream version with --stream.
+/// Appends in flight at once for plain appends and stream appends expecting `any`
+/// (`append -` with a fast producer on stdin): enough to keep a replicated pair's group
+/// commit busy from one connection, small enough that a failure leaves few answers to
+/// wait for. Appends whose expectation depends on the one before go one at a time.
+pub const APPEND_WINDOW: usize = 256;
+
+/// Appends each payload (or each stdin line with `-`, read as it arrives); prints `shard
+/// offset` per event as soon as it is acknowledged, in input order, followed by the
+/// stream version with --stream. Stops at the first failure (after the answers of what
+/// was already sent).
 pub fn append(conn: &ConnArgs, idem: &IdemArgs, stream: &StreamArgs, payloads: &[String]) -> Result<(), String> {
     if let Some(name) = &stream.stream {
         corelog_client::record::check_stream_name(name.as_bytes())?;
@@ -101,41 +109,103 @@ pub fn append(conn: &ConnArgs, idem: &IdemArgs, stream: &StreamArgs, payloads: &
         return append_idempotent(conn, idem, stream, payloads);
     }
     let cfg = conn.config()?;
-    let lines = payload_lines(payloads)?;
-    runtime().block_on(async {
+    tokio::task::LocalSet::new().block_on(&runtime(), async {
         let c = Client::connect(&conn.addr, &cfg).await.map_err(|e| e.to_string())?;
+        let window = if stream.stream.is_some() && stream.expect != Expect::Any { 1 } else { APPEND_WINDOW };
+        let expect = std::cell::Cell::new(stream.expect);
         let mut out = std::io::stdout().lock();
-        let mut expect = stream.expect;
-        for l in &lines {
-            let line = match &stream.stream {
-                None => {
-                    let pos = c.append(l.as_bytes()).await.map_err(|e| e.to_string())?;
-                    format!("{} {}", pos.shard, pos.offset)
-                }
-                Some(name) => {
-                    let a = c.append_to(name, expect, l.as_bytes()).await.map_err(|e| e.to_string())?;
-                    expect = expect_next(expect, Some(a.version));
-                    format!("{} {} {}", a.position.shard, a.position.offset, a.version)
-                }
-            };
-            writeln!(out, "{line}").map_err(|e| e.to_string())?;
-        }
-        Ok(())
+        pipeline(
+            payload_lines(payloads),
+            window,
+            |line| {
+                let (c, name, expect) = (c.clone(), stream.stream.clone(), expect.get());
+                tokio::task::spawn_local(async move {
+                    match name {
+                        None => c.append(line.as_bytes()).await.map(|p| (p, None)),
+                        Some(n) => {
+                            c.append_to(&n, expect, line.as_bytes()).await.map(|a| (a.position, Some(a.version)))
+                        }
+                    }
+                    .map_err(|e| e.to_string())
+                })
+            },
+            |(pos, version)| {
+                expect.set(expect_next(expect.get(), version));
+                let v = version.map(|v| format!(" {v}")).unwrap_or_default();
+                writeln!(out, "{} {}{v}", pos.shard, pos.offset).map_err(|e| e.to_string())
+            },
+        )
+        .await
     })
 }
 
-/// The payloads given, or stdin's lines for `-`.
-fn payload_lines(payloads: &[String]) -> Result<Vec<String>, String> {
-    if payloads.len() == 1 && payloads[0] == "-" {
-        std::io::stdin().lock().lines().collect::<Result<_, _>>().map_err(|e| e.to_string())
-    } else {
-        Ok(payloads.to_vec())
+/// Runs `start` on each line (a task on the current `LocalSet`) with at most `window`
+/// running, and `done` on each result in
+/// input order as soon as it and those before it are in. After the first failure no new
+/// line starts; the ones running are waited for, then the failure is returned.
+async fn pipeline<T: 'static>(
+    mut lines: tokio::sync::mpsc::Receiver<Result<String, String>>,
+    window: usize,
+    mut start: impl FnMut(String) -> tokio::task::JoinHandle<Result<T, String>>,
+    mut done: impl FnMut(T) -> Result<(), String>,
+) -> Result<(), String> {
+    let mut running = std::collections::VecDeque::new();
+    let (mut failed, mut eof) = (None::<String>, false);
+    loop {
+        tokio::select! {
+            biased;
+            r = async { running.front_mut().expect("checked non-empty").await }, if !running.is_empty() => {
+                running.pop_front();
+                let r: Result<Result<T, String>, tokio::task::JoinError> = r;
+                match r.map_err(|e| e.to_string()).and_then(|r| r) {
+                    Ok(v) if failed.is_none() => {
+                        if let Err(e) = done(v) {
+                            failed = Some(e);
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        failed.get_or_insert(e);
+                    }
+                }
+            }
+            l = lines.recv(), if running.len() < window && failed.is_none() && !eof => match l {
+                Some(Ok(line)) => running.push_back(start(line)),
+                Some(Err(e)) => failed = Some(format!("stdin: {e}")),
+                None => eof = true,
+            },
+            else => break,
+        }
     }
+    failed.map_or(Ok(()), Err)
+}
+
+/// The payloads given, or stdin's lines for `-`, as they come (a thread reads them).
+fn payload_lines(payloads: &[String]) -> tokio::sync::mpsc::Receiver<Result<String, String>> {
+    let (tx, rx) = tokio::sync::mpsc::channel(APPEND_WINDOW);
+    let payloads = payloads.to_vec();
+    std::thread::spawn(move || {
+        if payloads.len() == 1 && payloads[0] == "-" {
+            for l in std::io::stdin().lock().lines() {
+                let stop = l.is_err();
+                if tx.blocking_send(l.map_err(|e| e.to_string())).is_err() || stop {
+                    return;
+                }
+            }
+        } else {
+            for p in payloads {
+                if tx.blocking_send(Ok(p)).is_err() {
+                    return;
+                }
+            }
+        }
+    });
+    rx
 }
 
 fn append_idempotent(conn: &ConnArgs, idem: &IdemArgs, stream: &StreamArgs, payloads: &[String]) -> Result<(), String> {
     let cfg = conn.config()?;
-    runtime().block_on(async {
+    tokio::task::LocalSet::new().block_on(&runtime(), async {
         let shard = match &stream.stream {
             None => idem.shard,
             Some(name) => {
@@ -149,31 +219,34 @@ fn append_idempotent(conn: &ConnArgs, idem: &IdemArgs, stream: &StreamArgs, payl
             None => Producer::connect(&conn.addr, &cfg, shard).await,
         }
         .map_err(|e| e.to_string())?;
+        let p = std::sync::Arc::new(p);
         let mut out = std::io::stdout().lock();
-        let mut next = idem.seq.unwrap_or(0);
-        let lines = payload_lines(payloads)?;
-        let mut result = Ok(());
-        let mut expect = stream.expect;
-        for l in &lines {
-            let r = match &stream.stream {
-                None => p.append(l.as_bytes()).await,
-                Some(name) => p.append_to(name, expect, l.as_bytes()).await,
-            };
-            match r {
-                Ok(a) => {
-                    next = a.sequence + 1;
-                    expect = expect_next(expect, a.version);
-                    let dup = if a.duplicate { " duplicate" } else { "" };
-                    let v = a.version.map(|v| format!(" {v}")).unwrap_or_default();
-                    writeln!(out, "{} {}{v}{dup}", a.position.shard, a.position.offset).map_err(|e| e.to_string())?;
-                }
-                Err(e) => {
-                    result = Err(format!("sequence {next}: {e}"));
-                    break;
-                }
-            }
-        }
-        eprintln!("producer {:#018x} shard {}: next sequence {next}", p.id(), p.shard());
+        let next = std::cell::Cell::new(idem.seq.unwrap_or(0));
+        let expect = std::cell::Cell::new(stream.expect);
+        // One at a time: the next sequence printed at the end is then exact.
+        let result = pipeline(
+            payload_lines(payloads),
+            1,
+            |line| {
+                let (p, name, at, expect) = (p.clone(), stream.stream.clone(), next.get(), expect.get());
+                tokio::task::spawn_local(async move {
+                    match name {
+                        None => p.append(line.as_bytes()).await,
+                        Some(n) => p.append_to(&n, expect, line.as_bytes()).await,
+                    }
+                    .map_err(|e| format!("sequence {at}: {e}"))
+                })
+            },
+            |a| {
+                next.set(a.sequence + 1);
+                expect.set(expect_next(expect.get(), a.version));
+                let dup = if a.duplicate { " duplicate" } else { "" };
+                let v = a.version.map(|v| format!(" {v}")).unwrap_or_default();
+                writeln!(out, "{} {}{v}{dup}", a.position.shard, a.position.offset).map_err(|e| e.to_string())
+            },
+        )
+        .await;
+        eprintln!("producer {:#018x} shard {}: next sequence {}", p.id(), p.shard(), next.get());
         result
     })
 }

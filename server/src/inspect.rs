@@ -212,47 +212,81 @@ impl<'a> RecordCursor<'a> {
     }
 }
 
+/// How two copies of a shard compare.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Agreement {
+    /// Byte-identical at every offset both hold, and they hold at least one in common
+    /// (or both are empty): one is a prefix of the other, trims aside.
+    Agree,
+    /// No offset held by both (one is empty, or their ranges do not meet): nothing
+    /// was compared, so nothing is known to agree.
+    NothingInCommon,
+    /// Some offset holds different records.
+    Differ,
+}
+
+/// Exit status of `inspect --compare`: every shard agrees.
+pub const COMPARE_AGREE: i32 = 0;
+/// Some shard's copies hold different records at an offset.
+pub const COMPARE_DIFFER: i32 = 1;
+/// A log cannot be read, or the shard sets differ.
+pub const COMPARE_ERROR: i32 = 2;
+/// No shard differs, but on some shard the copies share no record.
+pub const COMPARE_NOTHING_IN_COMMON: i32 = 3;
+
 /// `corelog inspect --compare A B`: walks both logs shard by shard, record by record,
-/// and prints where they first differ. Exit code: 0 when on every shard one log is a
-/// prefix of the other (byte-identical records at every common offset), 1 when some
-/// offset holds different records, 2 when a log cannot be read or the shards differ.
+/// and prints where they first differ. Exit status: `COMPARE_AGREE` when on every shard
+/// the two logs hold byte-identical records at every offset both hold and share at least
+/// one (or both are empty), `COMPARE_DIFFER` when some offset holds different records,
+/// `COMPARE_NOTHING_IN_COMMON` when no shard differs but some shard's copies share no
+/// record (one empty, or trimmed past the other's end), `COMPARE_ERROR` when a log
+/// cannot be read or the shard sets differ. The worst shard decides, in that order
+/// from error down.
 pub fn compare(a: &Path, b: &Path) -> i32 {
     let (sa, sb) = match (control::list_shards(a), control::list_shards(b)) {
         (Ok(x), Ok(y)) => (x, y),
         (Err(e), _) | (_, Err(e)) => {
             eprintln!("corelog inspect: {e}");
-            return 2;
+            return COMPARE_ERROR;
         }
     };
     if sa != sb || sa.is_empty() {
         println!("shard sets differ or are empty: a {sa:?}, b {sb:?}");
-        return 2;
+        return COMPARE_ERROR;
     }
-    let mut code = 0;
+    let mut worst = Agreement::Agree;
+    let mut error = false;
     for id in sa {
         match compare_shard(id, &control::shard_dir(a, id), &control::shard_dir(b, id)) {
-            Ok((line, differ)) => {
+            Ok((line, agreement)) => {
                 println!("shard {id}: {line}");
-                if differ {
-                    code = code.max(1);
-                }
+                worst = worst.max(agreement);
             }
             Err(e) => {
                 println!("shard {id}: ERROR: {e}");
-                code = 2;
+                error = true;
             }
         }
     }
-    code
+    match (error, worst) {
+        (true, _) => COMPARE_ERROR,
+        (false, Agreement::Differ) => COMPARE_DIFFER,
+        (false, Agreement::NothingInCommon) => COMPARE_NOTHING_IN_COMMON,
+        (false, Agreement::Agree) => COMPARE_AGREE,
+    }
 }
 
-fn compare_shard(id: u16, a: &Path, b: &Path) -> Result<(String, bool), String> {
+fn compare_shard(id: u16, a: &Path, b: &Path) -> Result<(String, Agreement), String> {
     let sa = recovery::scan(id, a).map_err(|e| format!("a: {e}"))?;
     let sb = recovery::scan(id, b).map_err(|e| format!("b: {e}"))?;
-    let sizes = format!(
-        "a: {} records, next {}; b: {} records, next {}",
-        sa.records, sa.next_offset, sb.records, sb.next_offset
-    );
+    let range = |s: &recovery::ShardScan| match s.records {
+        0 => "no records".to_string(),
+        n => format!("{n} records, offsets {}..{}", s.first_offset(), s.next_offset),
+    };
+    let sizes = format!("a: {}; b: {}", range(&sa), range(&sb));
+    if sa.records == 0 && sb.records == 0 {
+        return Ok((format!("both empty ({sizes})"), Agreement::Agree));
+    }
     let (mut ca, mut cb) = (RecordCursor::new(&sa), RecordCursor::new(&sb));
     let (mut ra, mut rb) = (ca.next()?, cb.next()?);
     // Logs trimmed at different points: compare from the later start.
@@ -267,39 +301,33 @@ fn compare_shard(id: u16, a: &Path, b: &Path) -> Result<(String, bool), String> 
         }
     }
     let mut compared = 0u64;
-    loop {
-        match (&ra, &rb) {
-            (Some((x, xb)), Some((y, yb))) => {
-                if xb != yb {
-                    let line = format!(
-                        "DIFFER at offset {}: a epoch {} crc {:08x} ({} bytes), b epoch {} crc {:08x} ({} bytes); {compared} identical records before it ({sizes})",
-                        x.offset,
-                        x.epoch,
-                        x.crc,
-                        x.payload.len(),
-                        y.epoch,
-                        y.crc,
-                        y.payload.len()
-                    );
-                    return Ok((line, true));
-                }
-                compared += 1;
-                let at = x.offset + 1;
-                ra = ca.next()?;
-                rb = cb.next()?;
-                if ra.is_none() || rb.is_none() {
-                    return Ok((format!("identical below offset {at} ({compared} records compared; {sizes})"), false));
-                }
-            }
-            _ => {
-                return Ok((
-                    format!(
-                        "identical below offset {} (0 records compared; {sizes})",
-                        sa.first_offset().max(sb.first_offset())
-                    ),
-                    false,
-                ))
-            }
+    while let (Some((x, xb)), Some((y, yb))) = (&ra, &rb) {
+        if xb != yb {
+            let line = format!(
+                "DIFFER at offset {}: a epoch {} crc {:08x} ({} bytes), b epoch {} crc {:08x} ({} bytes); {compared} identical records before it ({sizes})",
+                x.offset,
+                x.epoch,
+                x.crc,
+                x.payload.len(),
+                y.epoch,
+                y.crc,
+                y.payload.len()
+            );
+            return Ok((line, Agreement::Differ));
+        }
+        compared += 1;
+        let at = x.offset + 1;
+        ra = ca.next()?;
+        rb = cb.next()?;
+        if ra.is_none() || rb.is_none() {
+            return Ok((
+                format!("identical below offset {at} ({compared} records compared; {sizes})"),
+                Agreement::Agree,
+            ));
         }
     }
+    Ok((
+        format!("NOTHING IN COMMON: no offset is held by both, nothing was compared ({sizes})"),
+        Agreement::NothingInCommon,
+    ))
 }

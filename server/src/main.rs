@@ -95,8 +95,10 @@ enum Cmd {
         data_dirs: Vec<PathBuf>,
         /// `inspect --compare A B`: compare two data dirs (e.g. leader and follower)
         /// record by record and print, per shard, where they first differ. Exit 0 when
-        /// one log is a prefix of the other on every shard, 1 when they differ, 2 on a
-        /// read error.
+        /// on every shard the records both hold are identical (and there is at least one,
+        /// or both are empty), 1 when some offset differs, 3 when nothing differs but a
+        /// shard's copies share no record (one empty, or trimmed past the other's end),
+        /// 2 on a read error.
         #[arg(long)]
         compare: bool,
     },
@@ -239,6 +241,12 @@ struct ServeArgs {
     repl_key: Option<PathBuf>,
     #[arg(long)]
     repl_ca: Option<PathBuf>,
+    /// A DNS name (or IP) the peer's certificate must carry on the replication link, in
+    /// both directions: a certificate signed by the CA without it (an application's
+    /// client certificate) is refused. `corelog certs` puts the default in node
+    /// certificates only.
+    #[arg(long, default_value = corelog_server::net::peer::DEFAULT_PEER_NAME)]
+    repl_peer_name: String,
     /// Plaintext on every port. Never in production.
     #[arg(long)]
     insecure: bool,
@@ -266,7 +274,8 @@ struct ServeArgs {
     handshake_timeout_ms: u64,
     /// Client connections this process keeps open at most (client port and direct ports,
     /// all its shards); beyond it new ones are closed at once and counted in
-    /// corelog_connections_refused_total. Default: the open-file limit minus 1,024.
+    /// corelog_connections_refused_total. Default: the open-file limit (raised to the hard
+    /// limit at start) less a reserve for shards and segments (docs/operations.md §9).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     max_connections: Option<u64>,
     /// A replication link on which nothing arrives for this many milliseconds is dropped
@@ -362,6 +371,7 @@ fn serve_config(a: ServeArgs) -> Result<ServeConfig, String> {
         leader_addr: a.leader_addr,
         tls,
         repl_tls,
+        repl_peer: corelog_server::net::peer::PeerName::new(&a.repl_peer_name)?,
         metrics_listen: a.metrics_listen,
         segment_bytes: a.segment_bytes,
         ack_timeout: Duration::from_millis(a.ack_timeout_ms),

@@ -3,19 +3,21 @@
 //! client port + its direct port), replication port and, on a leader, its link.
 
 use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, RawFd};
 use std::path::PathBuf;
 use std::rc::Rc;
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 use corelog_client::codec::Role;
+use glommio::net::TcpListener;
 use glommio::{LocalExecutorBuilder, Placement};
 
 use crate::control;
 use crate::coord::cell::ControlCell;
 use crate::coord::{CoordConfig, Coordinator};
 use crate::metrics::{self, ShardMetrics};
-use crate::net::{listener, tls};
+use crate::net::{fds, listener, tls};
 use crate::replica::{follower, leader};
 use crate::shard::{Shard, ShardConfig};
 use crate::wal::{self, recovery};
@@ -44,13 +46,15 @@ pub struct ServeConfig {
     pub leader_addr: Option<String>,
     pub tls: Option<TlsFiles>,
     pub repl_tls: Option<TlsFiles>,
+    /// The name a replication peer's certificate must carry (`net::peer`).
+    pub repl_peer: crate::net::peer::PeerName,
     pub metrics_listen: Option<SocketAddr>,
     pub segment_bytes: u64,
     pub ack_timeout: Duration,
     pub io_memory: usize,
     pub repl_memory_bytes: usize,
     pub handshake_timeout: Duration,
-    /// Client connections per process (None: RLIMIT_NOFILE − `listener::FD_RESERVE`).
+    /// Client connections per process (None: what the open-file limit leaves, `net::fds`).
     pub max_connections: Option<usize>,
     pub repl_timeout: Duration,
     /// Idempotent producers remembered per shard (`producers::Producers`).
@@ -74,9 +78,14 @@ fn port_plus(addr: SocketAddr, n: u16) -> SocketAddr {
     SocketAddr::new(addr.ip(), addr.port() + n)
 }
 
+/// How the `ready:` line describes the client port: kernel TLS, userspace TLS, none.
+pub const READY_MODES: [&str; 3] =
+    ["mTLS (kernel TLS after a rustls handshake)", "mTLS (userspace rustls)", "PLAINTEXT (--insecure)"];
+
 /// Runs the node until the process is killed. Returns only on a start-up error.
 pub fn serve(mut cfg: ServeConfig) -> Result<(), String> {
     crate::shutdown::block_signals(); // before any thread: only the shutdown thread takes them
+    let limit = fds::raise();
     let mut ctl = Arc::new(ControlCell::unbounded(cfg.shards.len()));
     let mut term_epoch = None;
     if let Some(cc) = cfg.coord.clone() {
@@ -127,8 +136,8 @@ pub fn serve(mut cfg: ServeConfig) -> Result<(), String> {
     let repl_tls = cfg.repl_tls.as_ref().or(cfg.tls.as_ref());
     let (repl_server, repl_client) = match repl_tls {
         Some(t) => (
-            Some(tls::Live::new(tls::server_config(&t.cert, &t.key, &t.ca)?)),
-            Some(tls::Live::new(tls::client_config(&t.cert, &t.key, &t.ca)?)),
+            Some(tls::Live::new(tls::repl_server_config(&t.cert, &t.key, &t.ca, &cfg.repl_peer)?)),
+            Some(tls::Live::new(tls::client_config(&t.cert, &t.key, &t.ca, &cfg.repl_peer)?)),
         ),
         None => (None, None),
     };
@@ -138,6 +147,7 @@ pub fn serve(mut cfg: ServeConfig) -> Result<(), String> {
             (Some(f), Some(s), Some(c)) => Some((f.clone(), s.clone(), c.clone())),
             _ => None,
         },
+        peer: cfg.repl_peer.clone(),
     }
     .spawn()?;
     if client_tls.is_some() || repl_server.is_some() {
@@ -153,14 +163,19 @@ pub fn serve(mut cfg: ServeConfig) -> Result<(), String> {
         None => None,
     };
     let cpus = crate::cpus::allowed();
-    let cap = listener::ConnCap::new(cfg.max_connections.unwrap_or_else(listener::ConnCap::default_max));
-    log::info!("at most {} client connections in this process (--max-connections)", cap.max);
-    let (tx, rx) = mpsc::channel::<Result<String, String>>();
+    let cap = listener::ConnCap::new(connection_cap(&cfg, limit));
+    // Every shard recovers with its client ports bound but not listening; once all have,
+    // this thread makes them listen (every direct port before the shared one, so that a
+    // connection the shared port takes finds every shard's direct port open) and the
+    // executors start accepting. No client port answers while any shard of this process
+    // is still recovering (docs/operations.md §2, the `ready:` line).
+    let (tx, rx) = mpsc::channel::<Result<(String, [RawFd; 2]), String>>();
+    let (go_tx, go_rx) = tokio::sync::watch::channel(false);
     let mut joins = Vec::new();
     for (slot, &id) in cfg.shards.iter().enumerate() {
         let cfg = cfg.clone();
         let ctl = ctl.clone();
-        let tx = tx.clone();
+        let (tx, mut go_rx) = (tx.clone(), go_rx.clone());
         let (client_tls, repl_server, repl_client) = (client_tls.clone(), repl_server.clone(), repl_client.clone());
         let cap = cap.clone();
         let ex = LocalExecutorBuilder::new(Placement::Fixed(crate::cpus::pick(&cpus, id as usize)))
@@ -171,10 +186,14 @@ pub fn serve(mut cfg: ServeConfig) -> Result<(), String> {
             .ring_depth(4096)
             .spawn(move || async move {
                 let place = Place { id, slot, ctl, term_epoch };
-                match start_shard(place, &cfg, client_tls, repl_server, repl_client, cap).await {
-                    Ok((shard, line)) => {
-                        let _ = tx.send(Ok(line));
+                match start_shard(place, &cfg, repl_server, repl_client).await {
+                    Ok((shard, line, ports)) => {
+                        let _ = tx.send(Ok((line, ports.fds())));
                         drop(tx);
+                        if go_rx.wait_for(|go| *go).await.is_err() {
+                            return; // another shard failed: the process is ending
+                        }
+                        ports.accept(&shard, client_tls, cap);
                         // The shard's tasks run until the process ends.
                         std::future::pending::<()>().await;
                         drop(shard);
@@ -188,9 +207,13 @@ pub fn serve(mut cfg: ServeConfig) -> Result<(), String> {
         joins.push(ex);
     }
     drop(tx);
+    let mut fds = Vec::new();
     for _ in &cfg.shards {
         match rx.recv() {
-            Ok(Ok(line)) => log::info!("{line}"),
+            Ok(Ok((line, f))) => {
+                log::info!("{line}");
+                fds.push(f);
+            }
             Ok(Err(e)) if cfg.coord.is_some() && cfg.role == NodeRole::Leader && control::any_repair_mark() => {
                 // Won the term, then found damage: the mark is on disk now; the next
                 // image does not lead (it waits for the peer to take over and follows).
@@ -201,11 +224,21 @@ pub fn serve(mut cfg: ServeConfig) -> Result<(), String> {
             Err(_) => return Err("an executor died during start-up".into()),
         }
     }
+    for i in [0, 1] {
+        for f in &fds {
+            // SAFETY: a bound TCP socket of an executor, kept open (not yet accepted on)
+            // until `go` is sent below.
+            if unsafe { libc::listen(f[i], listener::BACKLOG) } != 0 {
+                return Err(format!("listen on the client port: {}", std::io::Error::last_os_error()));
+            }
+        }
+    }
+    let _ = go_tx.send(true);
     ctl.set_started(); // /health answers 200 from here on
     let tls_mode = match (&cfg.tls, crate::net::ktls::available()) {
-        (Some(_), true) => "mTLS (kernel TLS after a rustls handshake)",
-        (Some(_), false) => "mTLS (userspace rustls)",
-        (None, _) => "PLAINTEXT (--insecure)",
+        (Some(_), true) => READY_MODES[0],
+        (Some(_), false) => READY_MODES[1],
+        (None, _) => READY_MODES[2],
     };
     log::info!(
         "ready: role {:?}, shards {:?} of {}, clients on {} ({tls_mode}), metrics on {}",
@@ -219,6 +252,22 @@ pub fn serve(mut cfg: ServeConfig) -> Result<(), String> {
         let _ = j.join();
     }
     Ok(())
+}
+
+/// The client-connection cap of this process (`--max-connections`, else what the
+/// open-file limit leaves after the shards' reserve), logged with how to raise it.
+fn connection_cap(cfg: &ServeConfig, limit: fds::Limit) -> usize {
+    let dirs: Vec<PathBuf> = cfg.shards.iter().map(|&id| control::shard_dir(&cfg.data_dir, id)).collect();
+    let reserve = fds::reserve(cfg.shards.len(), fds::count_segments(dirs.iter().map(PathBuf::as_path)));
+    let room = fds::default_max_connections(limit, reserve);
+    let max = cfg.max_connections.unwrap_or(room);
+    let (line, warn) = fds::cap_line(max, room, limit, reserve, cfg.max_connections.is_some());
+    if warn {
+        log::warn!("{line}");
+    } else {
+        log::info!("{line}");
+    }
+    max
 }
 
 /// Why a leader or standalone node does not start on a damaged last batch, and what the
@@ -247,16 +296,16 @@ struct Place {
 async fn start_shard(
     place: Place,
     cfg: &ServeConfig,
-    client_tls: tls::ServerTls,
     repl_server: tls::ServerTls,
     repl_client: tls::ClientTls,
-    cap: Arc<listener::ConnCap>,
-) -> Result<(Rc<Shard>, String), String> {
+) -> Result<(Rc<Shard>, String, ClientPorts), String> {
     let id = place.id;
     let dir = control::shard_dir(&cfg.data_dir, id);
     std::fs::create_dir_all(&dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
     let lock = control::lock_shard(&dir)?;
     std::mem::forget(lock); // held until the process exits
+                            // Taken now (a clash is found before recovery), listened on once every shard is ready.
+    let ports = ClientPorts::claim(cfg.listen, id)?;
     wal::probe::disable_poll_ring(&dir).await?;
     // The boot scan also rebuilds the idempotent producers' table and the stream index,
     // from the index snapshot of the last trim if retention deleted old segments.
@@ -357,12 +406,6 @@ async fn start_shard(
     if cfg.retain.any() {
         glommio::spawn_local(retention::run(shard.clone())).detach();
     }
-    let shared = listener::bind(cfg.listen, true).map_err(|e| format!("listen {}: {e}", cfg.listen))?;
-    let direct_addr = port_plus(cfg.listen, 1 + id);
-    let direct = listener::bind(direct_addr, false)
-        .map_err(|e| format!("listen {direct_addr} (direct port of shard {id}): {e}"))?;
-    glommio::spawn_local(listener::accept_clients(shard.clone(), shared, client_tls.clone(), cap.clone())).detach();
-    glommio::spawn_local(listener::accept_clients(shard.clone(), direct, client_tls, cap)).detach();
     if let Some(base) = cfg.repl_listen {
         let a = port_plus(base, id);
         let l = listener::bind(a, false).map_err(|e| format!("replication listen {a}: {e}"))?;
@@ -379,7 +422,40 @@ async fn start_shard(
         scan.records,
         shard.log.segment_count(),
         shard.log.next_offset(),
-        direct_addr.port()
+        ports.direct_addr.port()
     );
-    Ok((shard, line))
+    Ok((shard, line, ports))
+}
+
+/// A shard's client ports between recovery and readiness: bound, then listening (made so
+/// by `serve`), then accepted on.
+struct ClientPorts {
+    shared: socket2::Socket,
+    direct_addr: SocketAddr,
+    direct: socket2::Socket,
+}
+
+impl ClientPorts {
+    fn claim(listen: SocketAddr, id: u16) -> Result<ClientPorts, String> {
+        let direct_addr = port_plus(listen, 1 + id);
+        Ok(ClientPorts {
+            shared: listener::claim(listen, true).map_err(|e| format!("listen {listen}: {e}"))?,
+            direct_addr,
+            direct: listener::claim(direct_addr, false)
+                .map_err(|e| format!("listen {direct_addr} (direct port of shard {id}): {e}"))?,
+        })
+    }
+
+    /// The direct port's socket, then the shared port's.
+    fn fds(&self) -> [RawFd; 2] {
+        [self.direct.as_raw_fd(), self.shared.as_raw_fd()]
+    }
+
+    /// Accepts clients on both ports from now on; `serve` has made them listen.
+    fn accept(self, shard: &Rc<Shard>, tls: tls::ServerTls, cap: Arc<listener::ConnCap>) {
+        // SAFETY: each fd is a bound, listening TCP socket whose ownership moves here.
+        let [shared, direct] = [self.shared, self.direct].map(|s| unsafe { TcpListener::from_raw_fd(s.into_raw_fd()) });
+        glommio::spawn_local(listener::accept_clients(shard.clone(), shared, tls.clone(), cap.clone())).detach();
+        glommio::spawn_local(listener::accept_clients(shard.clone(), direct, tls, cap)).detach();
+    }
 }

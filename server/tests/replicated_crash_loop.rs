@@ -160,9 +160,13 @@ fn tail_lines(s: &str, n: usize) -> String {
 fn compare_dirs(a: &Path, b: &Path) -> Vec<u64> {
     let o = std::process::Command::new(BIN).args(["inspect", "--compare"]).arg(a).arg(b).output().unwrap();
     let out = String::from_utf8_lossy(&o.stdout).to_string();
-    assert_eq!(o.status.code(), Some(0), "inspect --compare:\n{out}{}", String::from_utf8_lossy(&o.stderr));
+    // 3: a shard whose copies share no record (nothing acknowledged there can be on both).
+    assert!(matches!(o.status.code(), Some(0 | 3)), "inspect --compare:\n{out}{}", String::from_utf8_lossy(&o.stderr));
     out.lines()
         .map(|l| {
+            if l.contains(": both empty") || l.contains(": NOTHING IN COMMON") {
+                return 0;
+            }
             let n = l.split("identical below offset ").nth(1).unwrap_or_else(|| panic!("unexpected line {l:?}"));
             n.split_whitespace().next().unwrap().parse().unwrap()
         })

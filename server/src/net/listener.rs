@@ -25,6 +25,13 @@ pub const BACKLOG: i32 = 8192;
 /// another CPU costs an inter-processor interrupt, which is dear in a VM: closed loop
 /// 1,000 connections on 2 vCPUs went from 61k to 127k–133k acked/s (docs/results).
 pub fn bind(addr: SocketAddr, reuse_port: bool) -> std::io::Result<TcpListener> {
+    listen(claim(addr, reuse_port)?)
+}
+
+/// A socket bound to `addr` that does not listen yet: the address is taken (a clash is
+/// found now), while a connection to it is still refused. Call on the executor that will
+/// accept (SO_INCOMING_CPU is its CPU).
+pub fn claim(addr: SocketAddr, reuse_port: bool) -> std::io::Result<Socket> {
     let sk = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
     sk.set_reuse_address(true)?;
     if reuse_port {
@@ -36,14 +43,15 @@ pub fn bind(addr: SocketAddr, reuse_port: bool) -> std::io::Result<TcpListener> 
         }
     }
     sk.bind(&addr.into())?;
+    Ok(sk)
+}
+
+/// Starts listening on a socket from [`claim`].
+pub fn listen(sk: Socket) -> std::io::Result<TcpListener> {
     sk.listen(BACKLOG)?;
     // SAFETY: the fd is a bound, listening TCP socket whose ownership we hand over.
     Ok(unsafe { TcpListener::from_raw_fd(sk.into_raw_fd()) })
 }
-
-/// File descriptors kept free below RLIMIT_NOFILE by the default connection cap: segment
-/// files, listeners, replication links, metrics scrapes, rings.
-pub const FD_RESERVE: usize = 1024;
 
 /// The client connections of this process, across its executors. Touched only at accept
 /// and close, never per request.
@@ -55,14 +63,6 @@ pub struct ConnCap {
 impl ConnCap {
     pub fn new(max: usize) -> Arc<ConnCap> {
         Arc::new(ConnCap { open: AtomicUsize::new(0), max })
-    }
-
-    /// The default: RLIMIT_NOFILE (soft) minus `FD_RESERVE`, at least 1.
-    pub fn default_max() -> usize {
-        let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-        // SAFETY: getrlimit writes into the struct we own.
-        let nofile = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } == 0 { r.rlim_cur } else { 1024 };
-        (nofile as usize).saturating_sub(FD_RESERVE).max(1)
     }
 
     fn try_take(self: &Arc<Self>) -> Option<ConnSlot> {

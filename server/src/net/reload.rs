@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
 
+use super::peer::PeerName;
 use super::tls::{self, Live};
 use crate::node::TlsFiles;
 
@@ -29,6 +30,8 @@ pub struct Watched {
     pub client: Option<(TlsFiles, Live<rustls::ServerConfig>)>,
     /// Replication: accepting (follower) and dialling (leader).
     pub repl: Option<(TlsFiles, Live<rustls::ServerConfig>, Live<rustls::ClientConfig>)>,
+    /// The name a replication peer's certificate must carry.
+    pub peer: PeerName,
 }
 
 type Stamp = Vec<Option<(u64, SystemTime, u64)>>;
@@ -59,7 +62,8 @@ impl Watched {
         };
         let repl = match &self.repl {
             Some((f, _, _)) => {
-                Some((tls::server_config(&f.cert, &f.key, &f.ca)?, tls::client_config(&f.cert, &f.key, &f.ca)?))
+                let (c, k, ca) = (&f.cert, &f.key, &f.ca);
+                Some((tls::repl_server_config(c, k, ca, &self.peer)?, tls::client_config(c, k, ca, &self.peer)?))
             }
             None => None,
         };

@@ -6,12 +6,40 @@ use std::path::Path;
 use std::sync::{Arc, RwLock};
 
 use corelog_client::tls::{load_certs, load_key, provider, root_store};
+use rustls::server::danger::ClientCertVerifier;
 
+use super::peer::{FollowerVerifier, LeaderVerifier, PeerName};
+
+/// The client port's server side: any certificate chaining to `client_ca`.
 pub fn server_config(cert: &Path, key: &Path, client_ca: &Path) -> Result<Arc<rustls::ServerConfig>, String> {
+    build_server(cert, key, client_ca, None)
+}
+
+/// The replication port's server side (a follower): the leader's certificate must chain
+/// to `ca` and name the replication peer (`peer.rs`).
+pub fn repl_server_config(
+    cert: &Path,
+    key: &Path,
+    ca: &Path,
+    peer: &PeerName,
+) -> Result<Arc<rustls::ServerConfig>, String> {
+    build_server(cert, key, ca, Some(peer))
+}
+
+fn build_server(
+    cert: &Path,
+    key: &Path,
+    client_ca: &Path,
+    peer: Option<&PeerName>,
+) -> Result<Arc<rustls::ServerConfig>, String> {
     let roots = Arc::new(root_store(client_ca)?);
-    let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(roots, provider())
+    let webpki = rustls::server::WebPkiClientVerifier::builder_with_provider(roots, provider())
         .build()
         .map_err(|e| format!("client CA {}: {e}", client_ca.display()))?;
+    let verifier: Arc<dyn ClientCertVerifier> = match peer {
+        Some(name) => Arc::new(LeaderVerifier { inner: webpki, name: name.clone() }),
+        None => webpki,
+    };
     let mut cfg = rustls::ServerConfig::builder_with_provider(provider())
         .with_protocol_versions(&[&rustls::version::TLS13])
         .map_err(|e| e.to_string())?
@@ -23,9 +51,22 @@ pub fn server_config(cert: &Path, key: &Path, client_ca: &Path) -> Result<Arc<ru
     Ok(Arc::new(cfg))
 }
 
-/// The replication client side: trusts `ca`, presents `cert`/`key` to the follower.
-pub fn client_config(cert: &Path, key: &Path, ca: &Path) -> Result<Arc<rustls::ClientConfig>, String> {
-    Ok(Arc::new(corelog_client::tls::client_config(ca, Some((cert, key)))?))
+/// The replication client side (a leader): trusts `ca`, presents `cert`/`key`, and
+/// requires the follower's certificate to name the replication peer (`peer.rs`).
+pub fn client_config(cert: &Path, key: &Path, ca: &Path, peer: &PeerName) -> Result<Arc<rustls::ClientConfig>, String> {
+    let webpki = rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(root_store(ca)?), provider())
+        .build()
+        .map_err(|e| format!("replication CA {}: {e}", ca.display()))?;
+    let verifier = Arc::new(FollowerVerifier { inner: webpki, name: peer.clone() });
+    let mut cfg = rustls::ClientConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(|e| e.to_string())?
+        .dangerous()
+        .with_custom_certificate_verifier(verifier)
+        .with_client_auth_cert(load_certs(cert)?, load_key(key)?)
+        .map_err(|e| format!("replication certificate/key: {e}"))?;
+    cfg.enable_secret_extraction = true;
+    Ok(Arc::new(cfg))
 }
 
 /// A TLS configuration that a certificate reload ([`super::reload`]) may replace: each
