@@ -399,3 +399,17 @@ fn rand_id() -> u64 {
     h.write_u32(std::process::id());
     h.finish()
 }
+
+#[cfg(test)]
+mod send_check {
+    /// Appends of a shared producer or client can be spawned on a multi-threaded runtime
+    /// (a compile-time check).
+    #[allow(dead_code)]
+    fn appends_are_send(p: &'static super::Producer, c: &'static crate::Client) {
+        fn is_send<T: Send>(_: T) {}
+        is_send(p.append(b""));
+        is_send(p.append_to("s", crate::Expect::Any, b""));
+        is_send(c.append(b""));
+        is_send(c.append_to("s", crate::Expect::Any, b""));
+    }
+}

@@ -1,7 +1,8 @@
 //! The released commands as a new user runs them on a stock Linux box: a node under the
 //! default open-file limit (`ulimit -n 1024`), a restart followed at once by a read of
 //! every shard, `corelog append -` fed by a fast producer, `inspect --compare` with an
-//! empty copy, and a client certificate knocking on the replication port.
+//! empty copy, a client certificate knocking on the replication port; and, in a VM with a
+//! stock Debian kernel's limits, the quickstart and the README's commands.
 
 mod common;
 
@@ -322,4 +323,41 @@ fn a_leader_refuses_a_follower_without_the_peer_name() {
         tokio::time::timeout(Duration::from_secs(2), c.append(b"never acknowledged alone")).await
     });
     assert!(!matches!(r, Ok(Ok(_))), "an append was acknowledged without a follower: {r:?}");
+}
+
+/// A fresh Debian kernel with its default limits (open files: soft 1,024, hard 4,096) in a
+/// throw-away VM (`infra/vm/run-in-vm.sh`): `corelog quickstart`, then every command of the
+/// README's "Using it" section, checked one by one (`tests/vm/stock.sh`).
+#[test]
+fn readme_commands_in_a_stock_vm() {
+    if std::env::var("CORELOG_SKIP_VM").is_ok_and(|v| v == "1") {
+        skip("readme_commands_in_a_stock_vm", "CORELOG_SKIP_VM=1");
+        return;
+    }
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf();
+    let loadgen = std::path::Path::new(BIN).with_file_name("corelog-loadgen");
+    assert!(loadgen.exists(), "{} is not built (cargo build --release --workspace)", loadgen.display());
+    let t0 = Instant::now();
+    let out = Command::new("bash")
+        .arg(root.join("infra/vm/run-in-vm.sh"))
+        .args(["-s", "3072", "-t", "420", "--mem", "2048"])
+        .arg("-f")
+        .arg(format!("{BIN}:/usr/local/bin/corelog"))
+        .arg("-f")
+        .arg(format!("{}:/usr/local/bin/corelog-loadgen", loadgen.display()))
+        .arg(root.join("server/tests/vm/stock.sh"))
+        .current_dir(&root)
+        .output()
+        .expect("run infra/vm/run-in-vm.sh");
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let code = out.status.code().unwrap_or(-1);
+    if code == 77 {
+        let why = text.lines().find(|l| l.starts_with("SKIP")).unwrap_or("qemu or the Debian kernel is missing");
+        skip("readme_commands_in_a_stock_vm", why);
+        return;
+    }
+    assert!(code == 0, "VM test failed with exit code {code} after {:?}:\n{text}", t0.elapsed());
+    assert!(text.contains("stock-vm: PASS"), "no PASS line:\n{text}");
+    let summary: Vec<&str> = text.lines().filter(|l| l.starts_with("stock-vm:")).collect();
+    eprintln!("readme_commands_in_a_stock_vm passed in {:.1} s:\n{}", t0.elapsed().as_secs_f64(), summary.join("\n"));
 }

@@ -28,10 +28,28 @@ pub fn bind(addr: SocketAddr, reuse_port: bool) -> std::io::Result<TcpListener> 
     listen(claim(addr, reuse_port)?)
 }
 
+/// How long a start-up waits for a port that is still in use. A process that was killed
+/// or re-executed (a coordinator-mode role change) loses its listeners only once the
+/// kernel has torn down its io_uring instances, a little after the process is gone; a
+/// port held longer than this is taken by someone else.
+pub const BIND_WAIT: Duration = Duration::from_secs(5);
+
 /// A socket bound to `addr` that does not listen yet: the address is taken (a clash is
 /// found now), while a connection to it is still refused. Call on the executor that will
-/// accept (SO_INCOMING_CPU is its CPU).
+/// accept (SO_INCOMING_CPU is its CPU); start-up only (it may block up to `BIND_WAIT`).
 pub fn claim(addr: SocketAddr, reuse_port: bool) -> std::io::Result<Socket> {
+    let until = std::time::Instant::now() + BIND_WAIT;
+    loop {
+        match claim_once(addr, reuse_port) {
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && std::time::Instant::now() < until => {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            r => return r,
+        }
+    }
+}
+
+fn claim_once(addr: SocketAddr, reuse_port: bool) -> std::io::Result<Socket> {
     let sk = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
     sk.set_reuse_address(true)?;
     if reuse_port {
