@@ -8,7 +8,9 @@
 //! plus [`certs`], [`inspect`], [`cli`], [`metrics`], [`cpus`] (executor placement); [`sync`] and [`watchdog`] are the
 //! executor-local wake-up and timeout primitives both planes (and the load generator) use.
 
+pub mod boot;
 pub mod certs;
+pub mod checkpoint;
 pub mod cli;
 pub mod config;
 pub mod control;
@@ -17,6 +19,7 @@ pub mod cpus;
 pub mod hist;
 pub mod index;
 pub mod inspect;
+pub mod le;
 pub mod logging;
 pub mod metrics;
 pub mod net;
@@ -25,6 +28,7 @@ pub mod producers;
 pub mod quickstart;
 pub mod replica;
 pub mod retention;
+pub mod seal;
 pub mod shard;
 pub mod shutdown;
 pub mod snapshot;

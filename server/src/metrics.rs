@@ -47,6 +47,8 @@ pub struct ShardMetrics {
     pub wrong_versions: Counter,
     pub first_offset: Gauge,
     pub trimmed_segments: Counter,
+    pub checkpoints: Counter,
+    pub checkpoint_errors: Counter,
 }
 
 impl ShardMetrics {
@@ -84,7 +86,9 @@ impl ShardMetrics {
             stream_bytes: gauge!("corelog_stream_index_bytes", "shard" => s.clone()),
             wrong_versions: counter!("corelog_append_wrong_version_total", "shard" => s.clone()),
             first_offset: gauge!("corelog_first_offset", "shard" => s.clone()),
-            trimmed_segments: counter!("corelog_trimmed_segments_total", "shard" => s),
+            trimmed_segments: counter!("corelog_trimmed_segments_total", "shard" => s.clone()),
+            checkpoints: counter!("corelog_checkpoints_total", "shard" => s.clone()),
+            checkpoint_errors: counter!("corelog_checkpoint_errors_total", "shard" => s),
         }
     }
 }

@@ -21,7 +21,7 @@ use crate::net::{fds, listener, tls};
 use crate::replica::{follower, leader};
 use crate::shard::{Shard, ShardConfig};
 use crate::wal::{self, recovery};
-use crate::{retention, snapshot};
+use crate::{boot, retention};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum NodeRole {
@@ -304,25 +304,17 @@ async fn start_shard(
     std::fs::create_dir_all(&dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
     let lock = control::lock_shard(&dir)?;
     std::mem::forget(lock); // held until the process exits
-                            // Taken now (a clash is found before recovery), listened on once every shard is ready.
+
+    // Taken now (a clash is found before recovery), listened on once every shard is ready.
     let ports = ClientPorts::claim(cfg.listen, id)?;
     wal::probe::disable_poll_ring(&dir).await?;
-    // The boot scan also rebuilds the idempotent producers' table and the stream index,
-    // from the index snapshot of the last trim if retention deleted old segments.
-    let (mut index, first) = snapshot::apply(&dir, snapshot::plan(&dir)?, cfg.max_producers)?;
-    let mut bad = None;
-    let scan = recovery::scan_with(id, &dir, &mut |recs| {
-        if bad.is_none() {
-            bad = index.note_run(recs).err(); // one pass: checked as it is fed
-        }
-    })
-    .map_err(|e| e.to_string())?;
-    if let Some(e) = bad {
-        return Err(format!("shard {id}: the log's stream versions are inconsistent ({e}); refusing to start"));
+    // Sealed segments from their index files, derived state from the newest checkpoint,
+    // and a scan of the segments from there on (`boot`).
+    let booted = boot::open(id, &dir, cfg.max_producers)?;
+    for r in &booted.rebuilt {
+        log::info!("shard {id}: segment index rebuilt by a scan: {r}");
     }
-    if !scan.segments.is_empty() && scan.first_offset() != first {
-        return Err(format!("shard {id}: the log starts at {} but its index snapshot at {first}", scan.first_offset()));
-    }
+    let scan = &booted.tail;
     let mark = control::read_repair_mark(&dir)?;
     if let Some(d) = &scan.damage {
         // Possibly acknowledged records are damaged: only a follower may cut them (its
@@ -353,7 +345,11 @@ async fn start_shard(
         log::warn!("shard {id}: marked needs-repair from offset {m}: following until caught up with the leader");
     }
     let stored_epoch = control::read_epoch(&dir)?;
-    let log = Rc::new(wal::Log::open(&dir, &scan, cfg.segment_bytes).await.map_err(|e| format!("open log: {e}"))?);
+    let log = Rc::new(
+        wal::Log::open_indexed(&dir, &booted.sealed, scan, cfg.segment_bytes)
+            .await
+            .map_err(|e| format!("open log: {e}"))?,
+    );
     // A promoted node's log at its promotion is history it inherited (every record of
     // an epoch below the promoted one): as leader it serves it without a follower ack.
     // In coordinator mode the whole log at the take-over is such history (the node was
@@ -398,7 +394,8 @@ async fn start_shard(
     let metrics = ShardMetrics::new(id);
     let any_tls = cfg.tls.is_some() || cfg.repl_tls.is_some();
     metrics.ktls_active.set(if any_tls && crate::net::ktls::available() { 1.0 } else { 0.0 });
-    let shard = Shard::new(scfg, log, role, epoch, commit_floor, index, metrics);
+    let (records, segments, how) = (booted.records(), booted.segments(), booted.how());
+    let shard = Shard::new(scfg, log, role, epoch, commit_floor, booted.index, metrics);
     shard.release(); // publish the recovered offsets
     glommio::spawn_local(shard.clone().commit_loop()).detach();
     glommio::spawn_local(shard.clone().deadline_loop()).detach();
@@ -418,9 +415,7 @@ async fn start_shard(
         glommio::spawn_local(leader::run(shard.clone(), link)).detach();
     }
     let line = format!(
-        "shard {id}: recovered {} records in {} segment(s), next offset {}, epoch {epoch}, direct port {}",
-        scan.records,
-        shard.log.segment_count(),
+        "shard {id}: recovered {records} records in {segments} segment(s) ({how}), next offset {}, epoch {epoch}, direct port {}",
         shard.log.next_offset(),
         ports.direct_addr.port()
     );

@@ -201,6 +201,27 @@ impl Producers {
             .collect()
     }
 
+    /// Feeds the producer extensions of verified records, in offset order.
+    pub fn note_run(&mut self, records: &[u8]) {
+        let mut at = 0;
+        while at < records.len() {
+            let (offset, ext, n) = corelog_client::record::peek(&records[at..]).expect("records were verified");
+            if let Some(p) = ext.producer {
+                self.note(p, offset);
+            }
+            at += n;
+        }
+    }
+
+    /// A table holding the same producers and windows.
+    pub fn copy(&self) -> Producers {
+        let mut t = Producers::new(self.max);
+        for s in self.saved() {
+            t.restore(s).expect("a table's own saved state");
+        }
+        t
+    }
+
     /// Takes back a producer's state from an index snapshot (a restart after a trim).
     pub fn restore(&mut self, s: Saved) -> Result<(), String> {
         if s.offsets.len() > WINDOW || s.offsets.len() as u64 > s.next_seq || self.map.contains_key(&s.id) {

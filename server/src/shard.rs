@@ -33,7 +33,7 @@ use corelog_client::record::{self, Ext, ProducerSeq, StreamPos};
 use crate::coord::cell::ControlCell;
 use crate::index::LogIndex;
 use crate::metrics::ShardMetrics;
-use crate::producers::{refusal, Verdict};
+use crate::producers::{refusal, Producers, Verdict};
 use crate::replica::recent::{self, Recent, RecentRing};
 use crate::sync::Event;
 use crate::wal::batch::{MAX_BATCH_BYTES, MAX_BATCH_RECORDS};
@@ -225,6 +225,11 @@ pub struct Shard {
     space_ev: Event,
     /// Idempotent producers' state and the stream index, derived from the log.
     index: RefCell<LogIndex>,
+    /// The producers' table of the records written (the index above also holds the staged
+    /// ones): what a checkpoint saves (`seal`).
+    pub(crate) durable_producers: RefCell<Producers>,
+    /// The index and checkpoint writes of the last segment sealed, still running.
+    pub(crate) sealing: RefCell<Option<glommio::Task<()>>>,
     /// Retried idempotent appends waiting for their original (few; leader only).
     dups: RefCell<Vec<DupWaiter>>,
     /// Follower: offsets below are durable on the leader too (as its batches show), so
@@ -280,7 +285,9 @@ impl Shard {
             shipped_ev: Event::default(),
             durable_ev: Event::default(),
             space_ev: Event::default(),
+            durable_producers: RefCell::new(index.producers.copy()),
             index: RefCell::new(index),
+            sealing: RefCell::new(None),
             dups: Default::default(),
             peer_durable: Cell::new(0),
             closing: Cell::new(false),
@@ -610,8 +617,15 @@ impl Shard {
         while self.assigned() != self.log.next_offset() {
             self.durable_ev.wait().await;
         }
+        let cut = offset < self.log.next_offset();
+        if cut {
+            crate::seal::before_cut(self, offset).await?;
+        }
         let end = self.log.truncate(offset).await?;
         self.update_index(|t| t.forget_from(end));
+        if cut {
+            crate::seal::after_cut(self, end).await?;
+        }
         self.next_assign.set(end);
         self.recent.borrow_mut().clear();
         self.release();
@@ -660,6 +674,15 @@ impl Shard {
                 slot.writing.store(false, Ordering::SeqCst);
                 return;
             }
+            if self.log.must_roll(records.len()) {
+                if let Err(e) = crate::seal::roll(&self).await {
+                    crate::fatal(&format!(
+                        "shard {}: starting a new segment for the batch at offset {} failed: {e}; stopping without acknowledging it",
+                        self.id(),
+                        b.first_offset
+                    ));
+                }
+            }
             let written = self.log.write_batch(b.count, epoch, &records, first_epoch, last_epoch).await;
             slot.writing.store(false, Ordering::SeqCst);
             if let Err(e) = written {
@@ -669,6 +692,7 @@ impl Shard {
                     b.first_offset
                 ));
             }
+            self.durable_producers.borrow_mut().note_run(&records);
             self.metrics.fsync_seconds.record(t.elapsed().as_secs_f64());
             self.metrics.batches.increment(1);
             self.metrics.batch_records.record(b.count as f64);

@@ -16,6 +16,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use crate::index::LogIndex;
+use crate::le::{checked_body, Reader};
 use crate::producers::{Saved, WINDOW};
 use crate::wal::recovery::{list_segments, sync_dir};
 
@@ -32,6 +33,15 @@ pub fn encode(first: u64, index: &LogIndex) -> Vec<u8> {
     out.extend_from_slice(&first.to_le_bytes());
     let mut streams: Vec<(&str, u64)> = index.streams.next_versions().collect();
     streams.sort_unstable(); // the same index always gives the same bytes
+    encode_streams(&streams, &mut out);
+    encode_producers(&index.producers.saved(), &mut out);
+    let crc = crc32fast::hash(&out);
+    out.extend_from_slice(&crc.to_le_bytes());
+    out
+}
+
+/// Streams and their next versions: a count, then each.
+pub fn encode_streams(streams: &[(&str, u64)], out: &mut Vec<u8>) {
     out.extend_from_slice(&(streams.len() as u64).to_le_bytes());
     for (name, next) in streams {
         assert!(!name.is_empty() && name.len() <= 255, "stream names are checked before they are stored");
@@ -39,43 +49,41 @@ pub fn encode(first: u64, index: &LogIndex) -> Vec<u8> {
         out.extend_from_slice(name.as_bytes());
         out.extend_from_slice(&next.to_le_bytes());
     }
-    let producers = index.producers.saved();
+}
+
+/// Producers' windows (oldest last offset first): a count, then each.
+pub fn encode_producers(producers: &[Saved], out: &mut Vec<u8>) {
     out.extend_from_slice(&(producers.len() as u64).to_le_bytes());
     for p in producers {
         out.extend_from_slice(&p.id.to_le_bytes());
         out.extend_from_slice(&p.next_seq.to_le_bytes());
         out.extend_from_slice(&p.last_offset.to_le_bytes());
         out.extend_from_slice(&(p.offsets.len() as u16).to_le_bytes());
-        for o in p.offsets {
+        for o in &p.offsets {
             out.extend_from_slice(&o.to_le_bytes());
         }
     }
-    let crc = crc32fast::hash(&out);
-    out.extend_from_slice(&crc.to_le_bytes());
-    out
 }
 
-/// Decodes a snapshot: (first offset, the index at it).
-pub fn decode(b: &[u8], max_producers: usize) -> Result<(u64, LogIndex), String> {
-    let body_len = b.len().checked_sub(4).ok_or("shorter than its checksum")?;
-    let (body, crc) = b.split_at(body_len);
-    if crc32fast::hash(body) != u32::from_le_bytes(crc.try_into().expect("4 bytes")) {
-        return Err("checksum mismatch".into());
-    }
-    let mut r = Reader(body);
-    if r.take(8)? != MAGIC {
-        return Err("not an index snapshot (bad magic)".into());
-    }
-    let first = r.u64()?;
-    let mut index = LogIndex::new(max_producers);
+/// Decodes what `encode_streams` wrote, handing each (name, next version) to `each`.
+pub fn decode_streams(r: &mut Reader<'_>, each: &mut dyn FnMut(&str, u64) -> Result<(), String>) -> Result<(), String> {
     for _ in 0..r.u64()? {
-        let n = r.take(1)?[0] as usize;
+        let n = r.u8()? as usize;
         let name = std::str::from_utf8(r.take(n)?).map_err(|_| "a stream name is not UTF-8")?;
-        index.streams.restore(name, r.u64()?);
+        if name.is_empty() {
+            return Err("an empty stream name".into());
+        }
+        each(name, r.u64()?)?;
     }
+    Ok(())
+}
+
+/// Decodes what `encode_producers` wrote; every position must be below `first`.
+pub fn decode_producers(r: &mut Reader<'_>, first: u64) -> Result<Vec<Saved>, String> {
+    let mut out = Vec::new();
     for _ in 0..r.u64()? {
         let (id, next_seq, last_offset) = (r.u64()?, r.u64()?, r.u64()?);
-        let n = u16::from_le_bytes(r.take(2)?.try_into().expect("2 bytes")) as usize;
+        let n = r.u16()? as usize;
         if n > WINDOW {
             return Err(format!("producer {id:#x}: {n} positions, more than {WINDOW}"));
         }
@@ -83,28 +91,30 @@ pub fn decode(b: &[u8], max_producers: usize) -> Result<(u64, LogIndex), String>
         if offsets.iter().chain([&last_offset]).any(|&o| o >= first) {
             return Err(format!("producer {id:#x}: a position at or above the snapshot's offset {first}"));
         }
-        index.producers.restore(Saved { id, next_seq, last_offset, offsets })?;
+        out.push(Saved { id, next_seq, last_offset, offsets });
     }
-    if !r.0.is_empty() {
-        return Err(format!("{} bytes after the last entry", r.0.len()));
-    }
-    Ok((first, index))
+    Ok(out)
 }
 
-struct Reader<'a>(&'a [u8]);
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
-        if self.0.len() < n {
-            return Err("truncated".into());
-        }
-        let (a, rest) = self.0.split_at(n);
-        self.0 = rest;
-        Ok(a)
+/// Decodes a snapshot: (first offset, the index at it).
+pub fn decode(b: &[u8], max_producers: usize) -> Result<(u64, LogIndex), String> {
+    let mut r = Reader(checked_body(b)?);
+    if r.take(8)? != MAGIC {
+        return Err("not an index snapshot (bad magic)".into());
     }
-    fn u64(&mut self) -> Result<u64, String> {
-        Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8 bytes")))
+    let first = r.u64()?;
+    let mut index = LogIndex::new(max_producers);
+    decode_streams(&mut r, &mut |name, next| {
+        index.streams.restore(name, next);
+        Ok(())
+    })?;
+    for p in decode_producers(&mut r, first)? {
+        index.producers.restore(p)?;
     }
+    if r.rest() > 0 {
+        return Err(format!("{} bytes after the last entry", r.rest()));
+    }
+    Ok((first, index))
 }
 
 /// Writes the snapshot at `first` durably (blocking: call it off the executor).

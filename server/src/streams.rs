@@ -99,6 +99,67 @@ impl Streams {
         Ok(())
     }
 
+    /// Feeds a stream's events read from a segment index: versions `first_version..` at
+    /// `offsets` (ascending, above every offset fed before). A stream met for the first
+    /// time starts at `first_version` (its earlier events were deleted by retention);
+    /// otherwise `first_version` must be its next version.
+    pub fn feed_run(
+        &mut self,
+        name: &str,
+        first_version: u64,
+        offsets: impl Iterator<Item = u64>,
+    ) -> Result<(), String> {
+        if !self.map.contains_key(name) {
+            self.name_bytes += name.len();
+            self.map.insert(name.into(), Entry { base: first_version, offsets: Vec::new() });
+        }
+        let e = self.map.get_mut(name).expect("inserted above");
+        if e.next() != first_version {
+            return Err(format!(
+                "stream {name:?}: a segment index starts it at version {first_version}, expected {}",
+                e.next()
+            ));
+        }
+        let cap = e.offsets.capacity();
+        for o in offsets {
+            if e.offsets.last().is_some_and(|&l| l >= o) {
+                return Err(format!("stream {name:?}: offsets out of order at {o}"));
+            }
+            e.offsets.push(o);
+            self.events += 1;
+        }
+        self.slots += e.offsets.capacity() - cap;
+        Ok(())
+    }
+
+    /// Every stream's next version as it stood below `offset` (leaving out streams with
+    /// no event there): a checkpoint's. Visits every stream.
+    pub fn heads_at(&self, offset: u64) -> Vec<(Box<str>, u64)> {
+        self.map
+            .iter()
+            .map(|(n, e)| (n.clone(), e.base + e.offsets.partition_point(|&o| o < offset) as u64))
+            .filter(|(_, next)| *next > 0)
+            .collect()
+    }
+
+    /// The events at offsets `first..next` (a segment's), one run per stream: what the
+    /// segment's index file holds. Visits every stream.
+    pub fn runs_between(&self, first: u64, next: u64) -> Vec<crate::wal::segidx::StreamRun> {
+        let mut out = Vec::new();
+        for (n, e) in &self.map {
+            let lo = e.offsets.partition_point(|&o| o < first);
+            let hi = e.offsets.partition_point(|&o| o < next);
+            if lo < hi {
+                out.push(crate::wal::segidx::StreamRun {
+                    name: n.clone(),
+                    first_version: e.base + lo as u64,
+                    rels: e.offsets[lo..hi].iter().map(|&o| (o - first) as u32).collect(),
+                });
+            }
+        }
+        out
+    }
+
     /// Offsets from `from` on were handed out again: forget every event there. Visits
     /// every stream (rare: a leader's staged appends dropped, a follower's log cut).
     /// Never below a trim point: what retention deleted was committed.

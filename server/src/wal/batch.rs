@@ -90,6 +90,11 @@ pub fn decode(buf: &[u8]) -> Option<BatchHeader> {
     (c.finalize() == crc).then_some(h)
 }
 
+/// The CRC field of a batch header (`buf` holds at least the header).
+pub fn stored_crc(buf: &[u8]) -> u32 {
+    u32::from_le_bytes(buf[28..32].try_into().expect("a batch header"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -35,7 +35,7 @@ pub struct Loc {
     pub span: u64,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct SegmentIndex {
     entries: Vec<Entry>,
     /// Records in the segment (the offset after its last batch, relative).
@@ -79,9 +79,39 @@ impl SegmentIndex {
         self.end_block = block.checked_add(blocks).expect("MAX_SEGMENT_BYTES bounds the blocks of a segment");
     }
 
-    #[cfg(test)]
-    fn len(&self) -> usize {
+    pub fn len(&self) -> usize {
         self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// (relative offset, first block) of each batch, in order.
+    pub fn entries(&self) -> impl Iterator<Item = (u32, u32)> + '_ {
+        self.entries.iter().map(|e| (e.rel, e.block))
+    }
+
+    /// The index of a segment holding `records` records in `end_block` blocks, from its
+    /// batches' (relative offset, first block): checked to start at 0, grow, and stay
+    /// inside (a segment index file's batches, `segidx`).
+    pub fn from_entries(entries: &[(u32, u32)], records: u64, end_block: u64) -> Result<SegmentIndex, String> {
+        let end_rel = u32::try_from(records).map_err(|_| format!("{records} records: too many for a segment"))?;
+        let end_block = u32::try_from(end_block).map_err(|_| format!("block {end_block}: past any segment"))?;
+        let starts = entries.first().is_none_or(|e| *e == (0, 0));
+        let grows = entries.windows(2).all(|w| w[0].0 < w[1].0 && w[0].1 < w[1].1);
+        let inside = entries.last().is_none_or(|l| l.0 < end_rel && l.1 < end_block);
+        let empty_ok = !entries.is_empty() || (end_rel == 0 && end_block == 0);
+        if !(starts && grows && inside && empty_ok) {
+            return Err(format!("batch entries do not describe {records} records in {end_block} blocks"));
+        }
+        let entries: Vec<Entry> = entries.iter().map(|&(rel, block)| Entry { rel, block }).collect();
+        Ok(SegmentIndex { entries, end_rel, end_block })
+    }
+
+    /// Records in the segment, and the block after its last batch.
+    pub fn end(&self) -> (u32, u32) {
+        (self.end_rel, self.end_block)
     }
 
     /// The batch holding relative offset `rel` of a segment starting at `first`, and its
@@ -174,8 +204,14 @@ mod tests {
 
     #[test]
     fn a_scan_whose_batches_do_not_follow_each_other_is_refused() {
-        let seg = |batches: Vec<BatchLoc>| SegmentInfo { path: "x".into(), first_offset: 10, len: 1 << 20, batches };
-        let b = |first_offset, count, pos, records_len| BatchLoc { first_offset, count, pos, records_len };
+        let seg = |batches: Vec<BatchLoc>| SegmentInfo {
+            path: "x".into(),
+            first_offset: 10,
+            len: 1 << 20,
+            batches,
+            digest: Default::default(),
+        };
+        let b = |first_offset, count, pos, records_len| BatchLoc { first_offset, count, pos, records_len, crc: 0 };
         let ok = SegmentIndex::from_scan(&seg(vec![b(10, 2, 0, 100), b(12, 1, 4096, 5000), b(13, 1, 3 * 4096, 1)]));
         let ix = ok.unwrap();
         assert_eq!(ix.get(10, 1), Loc { first_offset: 12, count: 1, pos: 4096, span: 2 * 4096 });

@@ -17,6 +17,7 @@ use super::batch::{self, BatchHeader, BATCH_HEADER_LEN, BLOCK};
 use super::batchindex::{Loc, SegmentIndex, MAX_SEGMENT_BYTES};
 use super::prezero::ZeroAhead;
 use super::recovery::{segment_name, sync_dir, ShardScan};
+use super::segidx::{self, epochs_within, Digest, SegIdx};
 use crate::replica::handshake::History;
 
 /// Batches one `read_offsets` call reads at most (≤ 64 MiB with 1 MiB batches).
@@ -41,6 +42,21 @@ pub struct Log {
     epochs: RefCell<Vec<(u32, u64)>>,
     /// Keeps the blocks in front of the writer written with zeros.
     pub(super) zero: Rc<ZeroAhead>,
+    /// The digest of the last segment's records, for its index when it is sealed; None
+    /// once part of it was cut (the index is then built by scanning the sealed file).
+    digest: RefCell<Option<Digest>>,
+    /// The CRC field and records length of the last batch written.
+    last_crc: Cell<u32>,
+    last_records_len: Cell<u32>,
+}
+
+/// A segment the writer moved on from, for its index file.
+#[derive(Debug)]
+pub enum Sealed {
+    /// Its index, all but the stream runs (the shard's stream index has them).
+    Indexed(SegIdx),
+    /// Part of it was cut since it was opened: build its index by scanning the file.
+    Unscanned { first_offset: u64, next_offset: u64, path: PathBuf },
 }
 
 /// Segments are opened O_DIRECT | O_DSYNC: a write completes only once its data, and
@@ -60,11 +76,40 @@ async fn open_rw(path: &Path) -> io::Result<DmaFile> {
 }
 
 impl Log {
-    /// Opens the log described by a (repaired) recovery scan.
+    /// Opens the log described by a (repaired) recovery scan of all its segments.
     pub async fn open(dir: &Path, scan: &ShardScan, segment_bytes: u64) -> io::Result<Log> {
+        Log::open_indexed(dir, &[], scan, segment_bytes).await
+    }
+
+    /// Opens the log of the sealed segments `sealed` (from their trusted index files,
+    /// ascending) followed by the segments of the (repaired) `tail` scan.
+    pub async fn open_indexed(dir: &Path, sealed: &[SegIdx], tail: &ShardScan, segment_bytes: u64) -> io::Result<Log> {
         assert!(segment_bytes >= batch::span(batch::MAX_BATCH_BYTES) && segment_bytes.is_multiple_of(BLOCK));
         assert!(segment_bytes <= MAX_SEGMENT_BYTES, "--segment-bytes is checked at start");
+        assert!(
+            sealed.last().is_none_or(|l| tail.segments.first().is_some_and(|t| t.first_offset == l.next_offset)),
+            "a tail of at least one segment continues the sealed segments"
+        );
         let mut segments: Vec<Segment> = Vec::new();
+        let mut epochs: Vec<(u32, u64)> = Vec::new();
+        for ix in sealed {
+            let path = dir.join(segment_name(ix.first_offset));
+            let file = Rc::new(open_rw(&path).await?);
+            let mut batches = ix.batches.clone();
+            batches.seal();
+            segments.push(Segment { first_offset: ix.first_offset, path, file, batches });
+            for &(e, o) in &ix.epochs {
+                if epochs.last().map(|l| l.0) != Some(e) {
+                    epochs.push((e, o));
+                }
+            }
+        }
+        for &(e, o) in &tail.epochs {
+            if epochs.last().map(|l| l.0) != Some(e) {
+                epochs.push((e, o));
+            }
+        }
+        let scan = tail;
         for s in &scan.segments {
             let batches = SegmentIndex::from_scan(s)
                 .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", s.path.display())))?;
@@ -75,17 +120,22 @@ impl Log {
             segments.push(Segment { first_offset: s.first_offset, path: s.path.clone(), file, batches });
         }
         let write_pos = scan.segments.last().map(|s| s.end_pos()).unwrap_or(0);
+        let next_offset = scan.next_offset;
+        let last_batch = scan.segments.last().and_then(|s| s.batches.last());
         let log = Log {
             dir: dir.to_path_buf(),
             segment_bytes,
             segments: RefCell::new(segments),
             write_pos: Cell::new(write_pos),
-            next_offset: Cell::new(scan.next_offset),
-            epochs: RefCell::new(scan.epochs.clone()),
+            next_offset: Cell::new(next_offset),
+            epochs: RefCell::new(epochs),
             zero: ZeroAhead::new(),
+            digest: RefCell::new(Some(scan.segments.last().map(|s| s.digest.clone()).unwrap_or_default())),
+            last_crc: Cell::new(last_batch.map_or(0, |b| b.crc)),
+            last_records_len: Cell::new(last_batch.map_or(0, |b| b.records_len)),
         };
         if log.segments.borrow().is_empty() {
-            log.roll().await?;
+            log.start_segment().await?;
         }
         Ok(log)
     }
@@ -106,6 +156,11 @@ impl Log {
     /// The epoch history the replication handshake decides on.
     pub fn with_history<R>(&self, f: impl FnOnce(&History) -> R) -> R {
         f(&History { epochs: &self.epochs.borrow(), end: self.next_offset() })
+    }
+
+    /// The epoch history below `offset`: (epoch, first offset written under it).
+    pub fn epochs_below(&self, offset: u64) -> Vec<(u32, u64)> {
+        self.epochs.borrow().iter().copied().take_while(|(_, o)| *o < offset).collect()
     }
 
     /// First offset written under an epoch greater than `epoch`, or the log end.
@@ -149,6 +204,7 @@ impl Log {
         };
         for s in &gone {
             std::fs::remove_file(&s.path)?;
+            remove_if_there(&self.dir.join(segidx::file_name(s.first_offset)))?;
         }
         sync_dir(&self.dir).map_err(io::Error::other)?;
         // As the boot scan would see it: the epoch of the record at `first` starts there.
@@ -161,7 +217,43 @@ impl Log {
         Ok(gone.len())
     }
 
-    async fn roll(&self) -> io::Result<()> {
+    /// Whether a batch of `records_len` bytes of records no longer fits in the last
+    /// segment: the caller rolls first (`roll`), so that it can index the sealed one.
+    pub fn must_roll(&self, records_len: usize) -> bool {
+        self.write_pos.get() + batch::span(records_len) > self.segment_bytes
+    }
+
+    /// Starts a new segment at the next offset and returns what the one it seals holds,
+    /// for its index file. Call between batches (`must_roll`).
+    pub async fn roll(&self) -> io::Result<Sealed> {
+        let sealed = self.sealing();
+        self.start_segment().await?;
+        Ok(sealed)
+    }
+
+    /// What the last segment holds, as its index (before a roll).
+    fn sealing(&self) -> Sealed {
+        let segs = self.segments.borrow();
+        let s = segs.last().expect("a segment");
+        let next_offset = self.next_offset.get();
+        let Some(digest) = self.digest.borrow().clone() else {
+            return Sealed::Unscanned { first_offset: s.first_offset, next_offset, path: s.path.clone() };
+        };
+        let last = (!s.batches.is_empty()).then(|| s.batches.get(s.first_offset, s.batches.len() - 1));
+        Sealed::Indexed(SegIdx {
+            first_offset: s.first_offset,
+            next_offset,
+            end_pos: self.write_pos.get(),
+            digest: digest.value(),
+            last_crc: self.last_crc.get(),
+            last_records_len: last.map_or(0, |_| self.last_records_len.get()),
+            epochs: epochs_within(&self.epochs.borrow(), s.first_offset, next_offset),
+            batches: s.batches.clone(),
+            streams: Vec::new(),
+        })
+    }
+
+    async fn start_segment(&self) -> io::Result<()> {
         let first = self.next_offset.get();
         let path = self.dir.join(segment_name(first));
         let file = open_rw(&path).await?;
@@ -174,6 +266,7 @@ impl Log {
         }
         segs.push(Segment { first_offset: first, path, file: Rc::new(file), batches: SegmentIndex::default() });
         self.write_pos.set(0);
+        *self.digest.borrow_mut() = Some(Digest::default());
         Ok(())
     }
 
@@ -192,8 +285,10 @@ impl Log {
         assert!(count > 0 && records.len() <= batch::MAX_BATCH_BYTES);
         let first_offset = self.next_offset.get();
         let span = batch::span(records.len());
-        if self.write_pos.get() + span > self.segment_bytes {
-            self.roll().await?;
+        if self.must_roll(records.len()) {
+            // Callers roll first (to index the sealed segment); one that did not still
+            // gets a valid log, the sealed segment indexed by a scan at the next start.
+            self.start_segment().await?;
         }
         let pos = self.write_pos.get();
         let (seg, file) = {
@@ -205,6 +300,7 @@ impl Log {
         let mut buf = file.alloc_dma_buffer(span as usize);
         let h = BatchHeader { first_offset, count, records_len: records.len() as u32, epoch };
         batch::encode_into(&h, records, buf.as_bytes_mut());
+        let crc = batch::stored_crc(buf.as_bytes());
         let n = match file.write_at(buf, pos).await.map_err(io::Error::from) {
             Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::Unsupported => {
@@ -219,6 +315,11 @@ impl Log {
             return Err(io::Error::new(io::ErrorKind::WriteZero, format!("short write: {n} of {span} bytes")));
         }
         self.write_pos.set(pos + span);
+        if let Some(d) = self.digest.borrow_mut().as_mut() {
+            d.update(records);
+        }
+        self.last_crc.set(crc);
+        self.last_records_len.set(records.len() as u32);
         {
             let mut segs = self.segments.borrow_mut();
             let s = segs.last_mut().expect("a segment");
@@ -437,6 +538,13 @@ impl Log {
                 (f, b, 0, 0)
             }
         };
+        // The index files of the segments it changes go first: a start never trusts an
+        // index of bytes that were cut.
+        let firsts: Vec<u64> = self.segments.borrow()[si..].iter().map(|s| s.first_offset).collect();
+        for f in firsts {
+            remove_if_there(&self.dir.join(segidx::file_name(f)))?;
+        }
+        *self.digest.borrow_mut() = None;
         // Later segments go first (and the directory is synced), so a crash mid-way
         // never leaves valid batches behind a zeroed range.
         let removed: Vec<Segment> = self.segments.borrow_mut().drain(si + 1..).collect();
@@ -462,6 +570,14 @@ impl Log {
         self.next_offset.set(b.first_offset);
         self.epochs.borrow_mut().retain(|(_, o)| *o < b.first_offset);
         Ok(b.first_offset)
+    }
+}
+
+/// Removes a file that may not exist.
+fn remove_if_there(path: &Path) -> io::Result<()> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
     }
 }
 

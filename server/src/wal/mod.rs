@@ -6,6 +6,7 @@
 //! - [`damage`]: a torn write or damage to a possibly acknowledged batch?
 //! - [`log`]: the live log on glommio Direct I/O: append, read, truncate, roll-over.
 //! - [`batchindex`]: where each batch of a live segment lies (8 bytes per batch).
+//! - [`segidx`]: the index file of a sealed segment, which a start trusts instead of a scan.
 //! - [`prezero`]: keeps the blocks in front of the writer written with zeros.
 //! - [`probe`]: refuse data dirs that do not honour O_DIRECT.
 
@@ -16,6 +17,7 @@ pub mod log;
 pub mod prezero;
 pub mod probe;
 pub mod recovery;
+pub mod segidx;
 pub mod segread;
 
 pub use log::Log;

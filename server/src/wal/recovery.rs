@@ -15,6 +15,7 @@ use corelog_client::record;
 
 use super::batch::{self, BLOCK};
 use super::damage::{self, Damage};
+use super::segidx::Digest;
 use super::segread::{ReadFault, SegReader};
 
 /// Where one batch lives.
@@ -25,6 +26,8 @@ pub struct BatchLoc {
     /// Byte position of the batch header in its segment.
     pub pos: u64,
     pub records_len: u32,
+    /// The batch's CRC field.
+    pub crc: u32,
 }
 
 #[derive(Debug, Clone)]
@@ -33,6 +36,8 @@ pub struct SegmentInfo {
     pub first_offset: u64,
     pub len: u64,
     pub batches: Vec<BatchLoc>,
+    /// Of the records of its valid batches (a sealed segment's index holds it).
+    pub digest: Digest,
 }
 
 impl SegmentInfo {
@@ -133,7 +138,13 @@ pub fn scan(shard: u16, dir: &Path) -> Result<ShardScan, ScanError> {
 /// `scan`, handing the records of every valid batch (verified, in offset order) to
 /// `visit` as they are read: state derived from the log is rebuilt in the same pass.
 pub fn scan_with(shard: u16, dir: &Path, visit: &mut dyn FnMut(&[u8])) -> Result<ShardScan, ScanError> {
-    let files = list_segments(dir)?;
+    scan_files(shard, &list_segments(dir)?, visit)
+}
+
+/// The scan of `files` (a shard's segments from some point on, ascending): the log is
+/// taken to start at the first one's offset. A start scans only the segments after the
+/// last sealed one it trusts (`boot`).
+pub fn scan_files(shard: u16, files: &[(u64, PathBuf)], visit: &mut dyn FnMut(&[u8])) -> Result<ShardScan, ScanError> {
     let mut out = ShardScan {
         shard,
         segments: Vec::new(),
@@ -152,7 +163,13 @@ pub fn scan_with(shard: u16, dir: &Path, visit: &mut dyn FnMut(&[u8])) -> Result
     for (i, (first, path)) in files.iter().enumerate() {
         let mut r = SegReader::open(path).map_err(ScanError::Io)?;
         let len = r.file_len();
-        let mut seg = SegmentInfo { path: path.clone(), first_offset: *first, len, batches: Vec::new() };
+        let mut seg = SegmentInfo {
+            path: path.clone(),
+            first_offset: *first,
+            len,
+            batches: Vec::new(),
+            digest: Digest::default(),
+        };
         if *first != out.next_offset {
             // A segment must start where the previous one ended. An all-zero one is a
             // roll-over interrupted by a crash; anything else is damage.
@@ -184,11 +201,13 @@ pub fn scan_with(shard: u16, dir: &Path, visit: &mut dyn FnMut(&[u8])) -> Result
                         })?;
                     note_epochs(&mut out.epochs, recs, h.count, last_epoch);
                     visit(recs);
+                    seg.digest.update(recs);
                     seg.batches.push(BatchLoc {
                         first_offset: h.first_offset,
                         count: h.count,
                         pos,
                         records_len: h.records_len,
+                        crc: batch::stored_crc(at),
                     });
                     out.next_offset += h.count as u64;
                     out.records += h.count as u64;
@@ -217,7 +236,7 @@ pub fn scan_with(shard: u16, dir: &Path, visit: &mut dyn FnMut(&[u8])) -> Result
         }
     }
     if let Some((i, pos)) = end {
-        out.torn = check_tail(shard, &files, i, pos)?;
+        out.torn = check_tail(shard, files, i, pos)?;
         // Segments after the end hold nothing valid (checked above): not part of the log.
         out.segments.truncate(i + 1);
         if stale_name {

@@ -1,0 +1,297 @@
+//! The index file of a sealed segment: `<first_offset:020>.idx` beside its `.log`.
+//!
+//! A segment is sealed when the writer moves on to the next one; it never changes again
+//! (only retention deletes it, and a follower's cut may zero its end). Its index file says
+//! what a boot scan of it would find — where each batch lies, the offsets and epochs it
+//! holds, a digest of its record bytes, the stream events in it — so that a start trusts
+//! it instead of reading every byte. A start trusts an index only when its checksum holds
+//! and it agrees with the segment on disk: its name, the next segment's name (the log
+//! continues where the index says it ends) and the last batch it names, read back and
+//! checked. Anything else is rebuilt by scanning that one segment: never trusted blindly,
+//! never skipped. Old bytes a start no longer reads are re-read by the scrubber.
+//!
+//! Layout (little-endian; format.md §9):
+//!
+//! ```text
+//! magic "CLSIX001" · first_offset u64 · next_offset u64 · end_pos u64 · digest u64
+//! last batch: crc u32 · records_len u32
+//! epochs: n u16 · n × { epoch u32 · first_offset u64 }
+//! batches: n u32 · n × { rel u32 · block u32 }
+//! streams: n u32 · n × { name_len u8 · name · first_version u64 · count u32 · count × rel u32 }
+//! crc u32 (CRC-32/IEEE of every byte before it)
+//! ```
+//!
+//! Written as `<name>.tmp`, fsynced, renamed, the directory fsynced (`write`).
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use super::batch::{self, BLOCK};
+use super::batchindex::SegmentIndex;
+use super::recovery::sync_dir;
+use crate::le::{checked_body, Reader};
+
+const MAGIC: &[u8; 8] = b"CLSIX001";
+
+pub fn file_name(first: u64) -> String {
+    format!("{first:020}.idx")
+}
+
+/// The events of one stream in one segment: versions `first_version..` at the offsets
+/// `first_offset + rel`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamRun {
+    pub name: Box<str>,
+    pub first_version: u64,
+    pub rels: Vec<u32>,
+}
+
+/// Everything a sealed segment's index says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SegIdx {
+    pub first_offset: u64,
+    /// The offset after its last record: the next segment's first.
+    pub next_offset: u64,
+    /// The byte after its last batch (its padding included).
+    pub end_pos: u64,
+    /// `Digest` of its record bytes in offset order.
+    pub digest: u64,
+    /// The CRC field and records length of its last batch (none in an empty segment).
+    pub last_crc: u32,
+    pub last_records_len: u32,
+    /// (epoch, first offset written under it) for each epoch its records carry, the
+    /// first entry at `first_offset`.
+    pub epochs: Vec<(u32, u64)>,
+    pub batches: SegmentIndex,
+    /// One run per stream with events in the segment.
+    pub streams: Vec<StreamRun>,
+}
+
+/// The digest `corelog inspect` prints, over any run of record bytes: two CRC-32s, the
+/// second started from a fixed seed (format.md §7). Fed batch by batch.
+#[derive(Clone)]
+pub struct Digest(crc32fast::Hasher, crc32fast::Hasher);
+
+impl std::fmt::Debug for Digest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Digest({:016x})", self.value())
+    }
+}
+
+impl Default for Digest {
+    fn default() -> Self {
+        Digest(crc32fast::Hasher::new(), crc32fast::Hasher::new_with_initial(0x5bd1_e995))
+    }
+}
+
+impl Digest {
+    pub fn update(&mut self, records: &[u8]) {
+        self.0.update(records);
+        self.1.update(records);
+    }
+
+    pub fn value(&self) -> u64 {
+        ((self.0.clone().finalize() as u64) << 32) | self.1.clone().finalize() as u64
+    }
+}
+
+/// The entries of an epoch history (ascending `(epoch, first offset)`) that describe the
+/// offsets `first..next`: the epoch in force at `first` (from `first`), then each change.
+pub fn epochs_within(all: &[(u32, u64)], first: u64, next: u64) -> Vec<(u32, u64)> {
+    if next <= first {
+        return Vec::new();
+    }
+    let from = all.partition_point(|(_, o)| *o <= first).saturating_sub(1);
+    let mut v: Vec<(u32, u64)> = all[from..].iter().copied().take_while(|(_, o)| *o < next).collect();
+    if let Some(e) = v.first_mut() {
+        e.1 = first;
+    }
+    v
+}
+
+impl SegIdx {
+    /// The index of a segment a scan found whole (its batches back to back from byte 0,
+    /// the next segment starting at `next_offset`), given the scan's epoch history and
+    /// the segment's stream runs.
+    pub fn from_scan(
+        seg: &super::recovery::SegmentInfo,
+        next_offset: u64,
+        epochs: &[(u32, u64)],
+        streams: Vec<StreamRun>,
+    ) -> Result<SegIdx, String> {
+        let batches = SegmentIndex::from_scan(seg).map_err(|e| e.to_string())?;
+        let (last_crc, last_records_len) = seg.batches.last().map_or((0, 0), |b| (b.crc, b.records_len));
+        let ix = SegIdx {
+            first_offset: seg.first_offset,
+            next_offset,
+            end_pos: seg.end_pos(),
+            digest: seg.digest.value(),
+            last_crc,
+            last_records_len,
+            epochs: epochs_within(epochs, seg.first_offset, next_offset),
+            batches,
+            streams,
+        };
+        if ix.first_offset + ix.batches.end().0 as u64 != next_offset {
+            return Err(format!(
+                "its batches end at offset {}, not {next_offset}",
+                ix.first_offset + ix.batches.end().0 as u64
+            ));
+        }
+        Ok(ix)
+    }
+
+    pub fn records(&self) -> u64 {
+        self.next_offset - self.first_offset
+    }
+
+    /// The position of its last batch (None: it holds none).
+    pub fn last_batch_pos(&self) -> Option<u64> {
+        let n = self.batches.len();
+        (n > 0).then(|| self.batches.get(self.first_offset, n - 1).pos)
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(64 + self.batches.len() * 8);
+        out.extend_from_slice(MAGIC);
+        for v in [self.first_offset, self.next_offset, self.end_pos, self.digest] {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        out.extend_from_slice(&self.last_crc.to_le_bytes());
+        out.extend_from_slice(&self.last_records_len.to_le_bytes());
+        assert!(self.epochs.len() <= u16::MAX as usize, "an epoch per 65,536 records at least");
+        out.extend_from_slice(&(self.epochs.len() as u16).to_le_bytes());
+        for (e, o) in &self.epochs {
+            out.extend_from_slice(&e.to_le_bytes());
+            out.extend_from_slice(&o.to_le_bytes());
+        }
+        out.extend_from_slice(&(self.batches.len() as u32).to_le_bytes());
+        for (rel, block) in self.batches.entries() {
+            out.extend_from_slice(&rel.to_le_bytes());
+            out.extend_from_slice(&block.to_le_bytes());
+        }
+        out.extend_from_slice(&(self.streams.len() as u32).to_le_bytes());
+        for s in &self.streams {
+            assert!(!s.name.is_empty() && s.name.len() <= 255 && !s.rels.is_empty());
+            out.push(s.name.len() as u8);
+            out.extend_from_slice(s.name.as_bytes());
+            out.extend_from_slice(&s.first_version.to_le_bytes());
+            out.extend_from_slice(&(s.rels.len() as u32).to_le_bytes());
+            for r in &s.rels {
+                out.extend_from_slice(&r.to_le_bytes());
+            }
+        }
+        let crc = crc32fast::hash(&out);
+        out.extend_from_slice(&crc.to_le_bytes());
+        out
+    }
+
+    /// Decodes and checks an index file's bytes on their own (checksum, layout, every
+    /// offset and block inside the segment, batches back to back): what it says about
+    /// the segment is checked by `agrees_with`.
+    pub fn decode(b: &[u8]) -> Result<SegIdx, String> {
+        let body = checked_body(b)?;
+        let mut r = Reader(body);
+        if r.take(8)? != MAGIC {
+            return Err("not a segment index (bad magic)".into());
+        }
+        let (first_offset, next_offset, end_pos, digest) = (r.u64()?, r.u64()?, r.u64()?, r.u64()?);
+        let (last_crc, last_records_len) = (r.u32()?, r.u32()?);
+        if next_offset < first_offset || end_pos % BLOCK != 0 {
+            return Err(format!("offsets {first_offset}..{next_offset}, end byte {end_pos}: not a segment's"));
+        }
+        let n = r.u16()? as usize;
+        let mut epochs = Vec::with_capacity(n);
+        for _ in 0..n {
+            epochs.push((r.u32()?, r.u64()?));
+        }
+        let ordered = epochs.windows(2).all(|w| w[0].0 < w[1].0 && w[0].1 < w[1].1);
+        let inside = epochs.iter().all(|(_, o)| (first_offset..next_offset).contains(o));
+        if !ordered || !inside || epochs.first().map(|e| e.1) != (next_offset > first_offset).then_some(first_offset) {
+            return Err(format!("epochs {epochs:?} do not describe offsets {first_offset}..{next_offset}"));
+        }
+        let n = r.u32()? as usize;
+        let mut entries = Vec::with_capacity(n.min(body.len() / 8));
+        for _ in 0..n {
+            entries.push((r.u32()?, r.u32()?));
+        }
+        let batches = SegmentIndex::from_entries(&entries, next_offset - first_offset, end_pos / BLOCK)?;
+        let n = r.u32()? as usize;
+        let mut streams: Vec<StreamRun> = Vec::with_capacity(n.min(body.len()));
+        for _ in 0..n {
+            let len = r.u8()? as usize;
+            let name = std::str::from_utf8(r.take(len)?).map_err(|_| "a stream name is not UTF-8")?;
+            let first_version = r.u64()?;
+            let count = r.u32()? as usize;
+            let rels = (0..count).map(|_| r.u32()).collect::<Result<Vec<_>, _>>()?;
+            let grows = rels.windows(2).all(|w| w[0] < w[1]);
+            if name.is_empty()
+                || rels.is_empty()
+                || !grows
+                || rels.last().is_some_and(|&l| l as u64 >= next_offset - first_offset)
+            {
+                return Err(format!("stream {name:?}: events outside the segment or out of order"));
+            }
+            streams.push(StreamRun { name: name.into(), first_version, rels });
+        }
+        if r.rest() > 0 {
+            return Err(format!("{} bytes after the last entry", r.rest()));
+        }
+        Ok(SegIdx { first_offset, next_offset, end_pos, digest, last_crc, last_records_len, epochs, batches, streams })
+    }
+
+    /// Checks the index against its segment on disk without reading more than its last
+    /// batch: the segment's name, the next segment's first offset (`next_first`, None for
+    /// the last segment), and the last batch — read back, whole and valid (batch and
+    /// record CRCs), holding the offsets and CRC the index names.
+    pub fn agrees_with(&self, path: &Path, named_first: u64, next_first: Option<u64>) -> Result<(), String> {
+        if self.first_offset != named_first {
+            return Err(format!("says offset {}, named {named_first}", self.first_offset));
+        }
+        if let Some(n) = next_first.filter(|n| *n != self.next_offset) {
+            return Err(format!("says the log continues at {}, the next segment starts at {n}", self.next_offset));
+        }
+        let Some(pos) = self.last_batch_pos() else { return Ok(()) };
+        let last = self.batches.get(self.first_offset, self.batches.len() - 1);
+        let span = batch::span(self.last_records_len as usize);
+        if pos + span != self.end_pos || span != last.span {
+            return Err(format!("last batch at byte {pos} does not end at byte {}", self.end_pos));
+        }
+        let mut r = super::segread::SegReader::open(path)?;
+        let at = r.get(pos, span as usize).map_err(|e| e.to_string())?;
+        let h = batch::decode(at).ok_or_else(|| format!("no valid batch at byte {pos}"))?;
+        let want = (last.first_offset, last.count, self.last_records_len);
+        if (h.first_offset, h.count, h.records_len) != want || batch::stored_crc(at) != self.last_crc {
+            return Err(format!("the batch at byte {pos} is not the one the index names"));
+        }
+        let recs = &at[batch::BATCH_HEADER_LEN..batch::BATCH_HEADER_LEN + h.records_len as usize];
+        corelog_client::record::verify_run(recs, h.first_offset, h.count).map_err(|e| format!("last batch: {e}"))?;
+        Ok(())
+    }
+}
+
+/// Writes an index file durably (blocking: call it off the executor).
+pub fn write(dir: &Path, ix: &SegIdx) -> Result<PathBuf, String> {
+    let path = dir.join(file_name(ix.first_offset));
+    let tmp = dir.join(format!("{}.tmp", file_name(ix.first_offset)));
+    let bytes = ix.encode();
+    let w = || -> std::io::Result<()> {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(&bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, &path)
+    };
+    w().map_err(|e| format!("write {}: {e}", path.display()))?;
+    sync_dir(dir)?;
+    Ok(path)
+}
+
+/// Reads and decodes `<first>.idx` in `dir` (None: there is none).
+pub fn read(dir: &Path, first: u64) -> Result<Option<SegIdx>, String> {
+    let path = dir.join(file_name(first));
+    match std::fs::read(&path) {
+        Ok(b) => SegIdx::decode(&b).map(Some).map_err(|e| format!("{}: {e}", path.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(format!("read {}: {e}", path.display())),
+    }
+}
