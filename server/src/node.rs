@@ -67,6 +67,40 @@ pub struct ServeConfig {
     pub shutdown_timeout: Duration,
 }
 
+impl ServeConfig {
+    /// A standalone node of `shard_count` shards with `corelog serve`'s defaults and no
+    /// port: for tools that write a log through the shards without serving it (benches).
+    pub fn offline(data_dir: PathBuf, shard_count: u16, segment_bytes: u64) -> ServeConfig {
+        let d = Duration::from_millis;
+        ServeConfig {
+            data_dir,
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            shard_count,
+            shards: (0..shard_count).collect(),
+            role: NodeRole::Standalone,
+            repl_listen: None,
+            follower_addr: None,
+            follower_name: "localhost".into(),
+            leader_addr: None,
+            tls: None,
+            repl_tls: None,
+            repl_peer: crate::net::peer::PeerName::new(crate::net::peer::DEFAULT_PEER_NAME).expect("a valid name"),
+            metrics_listen: None,
+            segment_bytes,
+            ack_timeout: d(10_000),
+            io_memory: 512 * 1024,
+            repl_memory_bytes: crate::shard::MAX_RECENT_BYTES,
+            handshake_timeout: d(10_000),
+            max_connections: None,
+            repl_timeout: d(5_000),
+            max_producers: crate::producers::DEFAULT_MAX_PRODUCERS,
+            coord: None,
+            retain: crate::retention::Policy::default(),
+            shutdown_timeout: d(15_000),
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct TlsFiles {
     pub cert: PathBuf,
@@ -285,12 +319,19 @@ fn refuse_damaged(id: u16, d: &crate::wal::damage::Damage, cfg: &ServeConfig) ->
 }
 
 /// Which shard an executor runs, and what the control plane decided for it.
-struct Place {
+pub struct Place {
     id: u16,
     slot: usize,
     ctl: Arc<ControlCell>,
     /// Coordinator mode, leading: the epoch of the term this node won in etcd.
     term_epoch: Option<u32>,
+}
+
+impl Place {
+    /// Shard `id` alone in its process, with static roles (a bench writing a log).
+    pub fn alone(id: u16) -> Place {
+        Place { id, slot: 0, ctl: Arc::new(ControlCell::unbounded(1)), term_epoch: None }
+    }
 }
 
 async fn start_shard(
@@ -300,13 +341,35 @@ async fn start_shard(
     repl_client: tls::ClientTls,
 ) -> Result<(Rc<Shard>, String, ClientPorts), String> {
     let id = place.id;
+    // Taken now (a clash is found before recovery), listened on once every shard is ready.
+    let ports = ClientPorts::claim(cfg.listen, id)?;
+    let (shard, recovered) = open_shard(place, cfg).await?;
+    let dir = shard.log.dir().to_path_buf();
+    if let Some(base) = cfg.repl_listen {
+        let a = port_plus(base, id);
+        let l = listener::bind(a, false).map_err(|e| format!("replication listen {a}: {e}"))?;
+        glommio::spawn_local(follower::accept_loop(shard.clone(), l, repl_server, dir.clone())).detach();
+    }
+    if cfg.role == NodeRole::Leader {
+        let peer = port_plus(cfg.follower_addr.expect("checked in serve"), id);
+        let link =
+            leader::LinkConfig { peer, tls: repl_client, server_name: cfg.follower_name.clone(), dir: dir.clone() };
+        glommio::spawn_local(leader::run(shard.clone(), link)).detach();
+    }
+    let line = format!("{recovered}, direct port {}", ports.direct_addr.port());
+    Ok((shard, line, ports))
+}
+
+/// Opens one shard on the calling executor, without any port: locks its directory,
+/// recovers its log (`boot`), repairs a torn tail, persists a leader's new epoch, and
+/// starts its commit, deadline and retention loops. Returns the shard and the line
+/// saying what it recovered. (`serve` adds the ports; a bench writes through it alone.)
+pub async fn open_shard(place: Place, cfg: &ServeConfig) -> Result<(Rc<Shard>, String), String> {
+    let id = place.id;
     let dir = control::shard_dir(&cfg.data_dir, id);
     std::fs::create_dir_all(&dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
     let lock = control::lock_shard(&dir)?;
     std::mem::forget(lock); // held until the process exits
-
-    // Taken now (a clash is found before recovery), listened on once every shard is ready.
-    let ports = ClientPorts::claim(cfg.listen, id)?;
     wal::probe::disable_poll_ring(&dir).await?;
     // Sealed segments from their index files, derived state from the newest checkpoint,
     // and a scan of the segments from there on (`boot`).
@@ -403,23 +466,11 @@ async fn start_shard(
     if cfg.retain.any() {
         glommio::spawn_local(retention::run(shard.clone())).detach();
     }
-    if let Some(base) = cfg.repl_listen {
-        let a = port_plus(base, id);
-        let l = listener::bind(a, false).map_err(|e| format!("replication listen {a}: {e}"))?;
-        glommio::spawn_local(follower::accept_loop(shard.clone(), l, repl_server, dir.clone())).detach();
-    }
-    if cfg.role == NodeRole::Leader {
-        let peer = port_plus(cfg.follower_addr.expect("checked in serve"), id);
-        let link =
-            leader::LinkConfig { peer, tls: repl_client, server_name: cfg.follower_name.clone(), dir: dir.clone() };
-        glommio::spawn_local(leader::run(shard.clone(), link)).detach();
-    }
     let line = format!(
-        "shard {id}: recovered {records} records in {segments} segment(s) ({how}), next offset {}, epoch {epoch}, direct port {}",
+        "shard {id}: recovered {records} records in {segments} segment(s) ({how}), next offset {}, epoch {epoch}",
         shard.log.next_offset(),
-        ports.direct_addr.port()
     );
-    Ok((shard, line, ports))
+    Ok((shard, line))
 }
 
 /// A shard's client ports between recovery and readiness: bound, then listening (made so

@@ -611,6 +611,19 @@ impl Shard {
         self.staged_ev.notify();
     }
 
+    /// Waits until every offset below `end` is durable on this node, and the index and
+    /// checkpoint of the last segment it sealed are written (a bench that wrote a log
+    /// through `stage_replicated` and is about to stop).
+    pub async fn settle(&self, end: u64) {
+        while self.log.next_offset() < end {
+            self.durable_ev.wait().await;
+        }
+        let pending = self.sealing.borrow_mut().take();
+        if let Some(t) = pending {
+            t.await;
+        }
+    }
+
     /// Drops staged-but-unwritten state and cuts the log (follower rejoin).
     pub async fn truncate(&self, offset: u64) -> std::io::Result<u64> {
         // Batches of an earlier leader connection must reach the disk first.
