@@ -1,0 +1,255 @@
+//! Starts that read only what the log's length does not change: the index files of the
+//! sealed segments, the newest checkpoint, and the segments after it (`boot.rs`). Each
+//! test ends by reading every acknowledged record back, payload for payload, and by
+//! checking the derived state (stream versions, producers' windows) against what the
+//! appends were told.
+
+mod common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use common::*;
+use corelog_client::{Client, ClientConfig, Expect, Producer};
+
+/// 4 MiB segments, one shard: a few hundred KiB of appends seal several segments.
+const ONE_SHARD: [&str; 2] = ["--shard-count", "1"];
+
+fn standalone(dir: &TempDir, name: &str) -> Node {
+    let ports = ports();
+    let data = dir.path().join(name);
+    Node::new(name, data.clone(), ports, Node::args(Mode::Standalone, &data, ports, None, "", &ONE_SHARD))
+}
+
+/// Appends `n` events of ~2 KiB: 6 stream events in every 10 (streams `s-0`..`s-4`,
+/// each expecting its stream's current version) and the rest plain. Returns the
+/// acknowledged positions with their payloads, and each stream's last version.
+fn fill(addr: &str, cfg: &ClientConfig, n: usize, tag: &str, acked: &Acked, versions: &mut [Option<u64>; 5]) {
+    runtime().block_on(async {
+        let c = Client::connect(addr, cfg).await.unwrap();
+        for i in 0..n {
+            let payload = format!("{tag}-{i}-{}", "x".repeat(2000)).into_bytes();
+            let pos = if i % 10 < 6 {
+                let s = i % 5;
+                let expect = versions[s].map_or(Expect::NoStream, Expect::Exact);
+                let a = c.append_to(&format!("s-{s}"), expect, &payload).await.unwrap();
+                assert_eq!(Some(a.version), versions[s].map_or(Some(0), |v| Some(v + 1)));
+                versions[s] = Some(a.version);
+                a.position
+            } else {
+                c.append(&payload).await.unwrap()
+            };
+            acked.lock().unwrap().insert(pos, payload);
+        }
+    });
+}
+
+/// Every stream read back whole: versions 0.. at increasing offsets, each payload the one
+/// acknowledged at its position, the last version the one the appends were told.
+fn check_streams(addr: &str, cfg: &ClientConfig, acked: &Acked, versions: &[Option<u64>; 5]) {
+    runtime().block_on(async {
+        let c = Client::connect(addr, cfg).await.unwrap();
+        for (s, last) in versions.iter().enumerate() {
+            let name = format!("s-{s}");
+            let mut got = Vec::new();
+            loop {
+                let r = c.read_stream(&name, got.len() as u64, 1000).await.unwrap();
+                if r.events.is_empty() {
+                    break;
+                }
+                got.extend(r.events);
+            }
+            assert_eq!(got.len() as u64, last.map_or(0, |v| v + 1), "stream {name}");
+            let acked = acked.lock().unwrap();
+            for (v, e) in got.iter().enumerate() {
+                assert_eq!(e.stream.as_ref().map(|s| s.version), Some(v as u64));
+                let want = acked.get(&corelog_client::Position { shard: 0, offset: e.offset });
+                assert_eq!(want, Some(&e.payload), "stream {name} version {v} at offset {}", e.offset);
+            }
+        }
+    });
+}
+
+fn recovered_line(n: &Node) -> String {
+    let log = n.log_text();
+    let last_start = log.rsplit("---- start #").next().unwrap_or_default().to_string();
+    last_start
+        .lines()
+        .find(|l| l.contains(": recovered "))
+        .unwrap_or_else(|| panic!("no recovery line:\n{log}"))
+        .to_string()
+}
+
+fn flip_byte(path: &Path, at_from_end: u64) {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::OpenOptions::new().read(true).write(true).open(path).unwrap();
+    let len = f.metadata().unwrap().len();
+    let mut b = [0u8; 1];
+    f.read_exact_at(&mut b, len - at_from_end).unwrap();
+    b[0] ^= 0x20;
+    f.write_all_at(&b, len - at_from_end).unwrap();
+}
+
+fn files(dir: &Path, suffix: &str) -> Vec<std::path::PathBuf> {
+    let mut v: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.to_string_lossy().ends_with(suffix))
+        .collect();
+    v.sort();
+    v
+}
+
+/// A start after kill -9 trusts the sealed segments' index files and the checkpoint,
+/// scans only what follows, and serves every record, every stream version and every
+/// producer's window as before; appends go on with the right versions.
+#[test]
+fn a_start_reads_the_segment_indexes_and_the_checkpoint_and_scans_only_the_tail() {
+    let dir = TempDir::new("ckpt-start");
+    let mut n = standalone(&dir, "node");
+    n.start();
+    let cfg = client_config(None);
+    let acked = Acked::default();
+    let mut versions = [None; 5];
+    fill(&n.addr(), &cfg, 8_000, "a", &acked, &mut versions);
+    // An idempotent producer whose window must survive: sequence 3 re-sent is a duplicate.
+    let (pid, seq3) = runtime().block_on(async {
+        let p = Producer::connect(&n.addr(), &cfg, 0).await.unwrap();
+        let mut at = None;
+        for i in 0..5u64 {
+            let a = p.append(format!("p-{i}").as_bytes()).await.unwrap();
+            acked.lock().unwrap().insert(a.position, format!("p-{i}").into_bytes());
+            if i == 3 {
+                at = Some(a.position);
+            }
+        }
+        (p.id(), at.unwrap())
+    });
+    n.kill9();
+    let shard = n.data.join("shard-0");
+    let sealed = files(&shard, ".idx").len();
+    assert!(sealed >= 3, "8,000 × 2 KiB in 4 MiB segments sealed only {sealed}");
+    assert_eq!(files(&shard, ".ckpt").len(), 1, "one checkpoint kept");
+    n.start();
+    let line = recovered_line(&n);
+    assert!(
+        line.contains(&format!("{sealed} sealed segment(s) from their index files, checkpoint at offset"))
+            && line.contains(", 1 segment(s) scanned"),
+        "{line}"
+    );
+    let recs = runtime().block_on(read_all(&n.addr(), &cfg, 0));
+    verify_acked(&acked, &[recs]);
+    check_streams(&n.addr(), &cfg, &acked, &versions);
+    runtime().block_on(async {
+        let p = Producer::resume(&n.addr(), &cfg, 0, pid, 3).await.unwrap();
+        let a = p.append(b"p-3").await.unwrap();
+        assert!(a.duplicate && a.position == seq3, "{a:?}");
+    });
+    fill(&n.addr(), &cfg, 500, "b", &acked, &mut versions);
+    check_streams(&n.addr(), &cfg, &acked, &versions);
+}
+
+/// A damaged or missing segment index is rebuilt by scanning its segment; a damaged
+/// checkpoint is passed over for a scan from the log's first segment. Nothing is lost,
+/// nothing differs.
+#[test]
+fn damaged_index_files_and_checkpoints_are_rebuilt_or_passed_over() {
+    let dir = TempDir::new("ckpt-damage");
+    let mut n = standalone(&dir, "node");
+    n.start();
+    let cfg = client_config(None);
+    let acked = Acked::default();
+    let mut versions = [None; 5];
+    fill(&n.addr(), &cfg, 8_000, "a", &acked, &mut versions);
+    n.kill9();
+    let shard = n.data.join("shard-0");
+    let idx = files(&shard, ".idx");
+    flip_byte(&idx[1], 5); // inside the stream runs, before the CRC
+    std::fs::remove_file(&idx[2]).unwrap();
+    n.start();
+    let log = n.log_text();
+    let rebuilt: Vec<&str> = log.lines().filter(|l| l.contains("segment index rebuilt by a scan")).collect();
+    assert!(
+        rebuilt.len() == 2 && rebuilt[0].contains("checksum mismatch") && rebuilt[1].contains("no index file"),
+        "{log}"
+    );
+    check_streams(&n.addr(), &cfg, &acked, &versions);
+    verify_acked(&acked, &[runtime().block_on(read_all(&n.addr(), &cfg, 0))]);
+    n.kill9();
+    // The rebuilt files are trusted at the next start.
+    n.start();
+    assert!(!n.log_text().rsplit("---- start #").next().unwrap().contains("rebuilt"), "{}", n.log_text());
+    n.kill9();
+    let ckpt = files(&shard, ".ckpt");
+    flip_byte(&ckpt[0], 9);
+    n.start();
+    let line = recovered_line(&n);
+    assert!(line.contains("no checkpoint:"), "{line}\n{}", n.log_text());
+    check_streams(&n.addr(), &cfg, &acked, &versions);
+    verify_acked(&acked, &[runtime().block_on(read_all(&n.addr(), &cfg, 0))]);
+    fill(&n.addr(), &cfg, 300, "b", &acked, &mut versions);
+    check_streams(&n.addr(), &cfg, &acked, &versions);
+}
+
+/// A follower whose divergent suffix spans several sealed segments is cut back across
+/// them at its rejoin: the index files of what it cut and the checkpoints above the cut
+/// go first; it catches up, and its next start (from the index files and a checkpoint)
+/// holds exactly the leader's log.
+#[test]
+fn a_cut_across_sealed_segments_leaves_no_index_or_checkpoint_of_what_was_cut() {
+    let dir = TempDir::new("ckpt-cut");
+    let fast = ["--ack-timeout-ms", "300", "--shard-count", "1"];
+    let (pa, pb) = (ports(), ports());
+    let (da, db) = (dir.path().join("a"), dir.path().join("b"));
+    let leader = |d: &Path| Node::args(Mode::Leader { follower_repl: pb.repl }, d, pa, None, "", &fast);
+    let follower = |d: &Path| Node::args(Mode::Follower { leader_client: pa.client }, d, pb, None, "", &fast);
+    let mut a = Node::new("a", da.clone(), pa, leader(&da));
+    let mut b = Node::new("b", db.clone(), pb, follower(&db));
+    b.start();
+    a.start();
+    let cfg = client_config(None);
+    let acked = Acked::default();
+    let mut versions = [None; 5];
+    fill(&a.addr(), &cfg, 1_000, "common", &acked, &mut versions);
+    let p = Pair { leader: a, follower: b };
+    wait_caught_up(&p, Duration::from_secs(20));
+    let Pair { leader: mut a, follower: mut b } = p;
+    a.kill9();
+    b.kill9();
+    // B alone (promoted, standalone) writes ~12 MiB that A never sees: three sealed segments.
+    promote(&db, None);
+    let mut b_alone = Node::new("b-alone", db.clone(), pb, Node::args(Mode::Standalone, &db, pb, None, "", &fast));
+    b_alone.start();
+    let mut lost_versions = versions;
+    fill(&b_alone.addr(), &cfg, 6_000, "b-only", &Acked::default(), &mut lost_versions);
+    b_alone.kill9();
+    let before = files(&db.join("shard-0"), ".idx").len();
+    assert!(before >= 4, "B sealed {before} segments");
+    // A leads above every epoch used; B rejoins as its follower and is cut back.
+    promote(&da, Some("4"));
+    let mut a_lead = Node::new("a-lead", da.clone(), pa, leader(&da));
+    let mut b_follow = Node::new("b-follow", db.clone(), pb, follower(&db));
+    b_follow.start();
+    a_lead.start();
+    fill(&a_lead.addr(), &cfg, 200, "after", &acked, &mut versions);
+    let p = Pair { leader: a_lead, follower: b_follow };
+    wait_caught_up(&p, Duration::from_secs(30));
+    let Pair { leader: mut a_lead, follower: mut b_follow } = p;
+    assert!(b_follow.log_text().contains("dropped records"), "{}", b_follow.log_text());
+    b_follow.kill9();
+    let ckpts = files(&db.join("shard-0"), ".ckpt");
+    for c in &ckpts {
+        let off: u64 = c.file_stem().unwrap().to_string_lossy().trim_start_matches("checkpoint-").parse().unwrap();
+        let end = a_lead.metric_sum("corelog_log_end_offset") as u64;
+        assert!(off <= end, "a checkpoint at {off} above the leader's end {end} survived the cut");
+    }
+    a_lead.kill9();
+    let s = assert_same_logs(&da, &db);
+    assert_eq!(s[0].0, 1_200, "{s:?}");
+    // B starts from its own index files and checkpoint and serves A's log.
+    let mut b_again = Node::new("b-again", db.clone(), pb, Node::args(Mode::Standalone, &db, pb, None, "", &fast));
+    b_again.start();
+    verify_acked(&acked, &[runtime().block_on(read_all(&b_again.addr(), &cfg, 0))]);
+    check_streams(&b_again.addr(), &cfg, &acked, &versions);
+}
