@@ -9,8 +9,10 @@ use std::path::Path;
 
 use corelog_client::record::{self, RecordRef};
 
+use crate::boot::StreamRuns;
 use crate::control;
 use crate::wal::recovery::{self, ScanError};
+use crate::wal::segidx;
 
 pub fn run(data_dir: &Path) -> i32 {
     let shards = match control::list_shards(data_dir) {
@@ -38,8 +40,10 @@ pub fn run(data_dir: &Path) -> i32 {
         // The index (stream versions) must continue the snapshot's, record by record.
         let (mut index, from) = base;
         let mut bad = None;
+        let mut derived = Derived::new(&dir);
         let scanned = recovery::scan_with(id, &dir, &mut |recs| {
             let below = record::peek(recs).is_ok_and(|(o, _, _)| o < from); // an unfinished trim
+            derived.before(recs, &index);
             if bad.is_none() && !below {
                 bad = index.note_run(recs).err();
             }
@@ -69,6 +73,12 @@ pub fn run(data_dir: &Path) -> i32 {
                     s.next_offset,
                     s.segments.len()
                 );
+                for line in derived.check(&s, &index) {
+                    println!("shard {id}: {line}");
+                    if line.starts_with("INDEX MISMATCH") {
+                        code = 2;
+                    }
+                }
                 match control::read_repair_mark(&dir) {
                     Ok(Some(m)) => {
                         println!("shard {id}: NEEDS REPAIR: may lack acknowledged records from offset {m} (it follows until caught up with a leader)");
@@ -107,6 +117,127 @@ pub fn run(data_dir: &Path) -> i32 {
         }
     }
     code
+}
+
+/// The files a start trusts instead of the records (sealed segments' index files, the
+/// newest checkpoint), checked against what the full scan finds: the index file a scan
+/// of each segment would write, the derived state at the checkpoint's offset.
+struct Derived {
+    dir: std::path::PathBuf,
+    /// First offsets of the segment files, ascending.
+    starts: Vec<u64>,
+    /// The stream runs of each segment, as the scan feeds them.
+    runs: Vec<StreamRuns>,
+    checkpoint: Option<(u64, Result<crate::checkpoint::Checkpoint, String>)>,
+    /// (streams, producers) the scan's index held when it reached the checkpoint.
+    at_checkpoint: Option<(Vec<(Box<str>, u64)>, Vec<crate::producers::Saved>)>,
+}
+
+impl Derived {
+    fn new(dir: &Path) -> Derived {
+        let starts: Vec<u64> =
+            recovery::list_segments(dir).map(|v| v.into_iter().map(|(f, _)| f).collect()).unwrap_or_default();
+        let checkpoint = crate::checkpoint::list(dir)
+            .ok()
+            .and_then(|v| v.into_iter().next_back())
+            .map(|(o, p)| (o, crate::checkpoint::read(&p, o)));
+        let runs = starts.iter().map(|_| StreamRuns::default()).collect();
+        Derived { dir: dir.to_path_buf(), starts, runs, checkpoint, at_checkpoint: None }
+    }
+
+    /// Called with each verified batch before `index` is fed it.
+    fn before(&mut self, recs: &[u8], index: &crate::index::LogIndex) {
+        let Ok((first, _, _)) = record::peek(recs) else { return };
+        if self.checkpoint.as_ref().is_some_and(|c| c.0 == first) && self.at_checkpoint.is_none() {
+            self.before_end(index, first);
+        }
+        let si = self.starts.partition_point(|&s| s <= first).saturating_sub(1);
+        if let (Some(r), Some(&start)) = (self.runs.get_mut(si), self.starts.get(si)) {
+            r.note(start, recs);
+        }
+    }
+
+    /// The derived state `index` holds, which is that of the records below `at`.
+    fn before_end(&mut self, index: &crate::index::LogIndex, at: u64) {
+        let mut streams = index.streams.heads_at(at);
+        streams.sort();
+        let mut producers = index.producers.saved();
+        producers.sort_by_key(|p| p.id);
+        self.at_checkpoint = Some((streams, producers));
+    }
+
+    /// One line about the index files and the checkpoint: agreement, or what differs.
+    fn check(&mut self, scan: &recovery::ShardScan, index: &crate::index::LogIndex) -> Vec<String> {
+        if self.checkpoint.as_ref().is_some_and(|c| c.0 == scan.next_offset) && self.at_checkpoint.is_none() {
+            // At the log's end (a segment rolled, nothing written in it yet).
+            self.before_end(index, scan.next_offset);
+        }
+        let mut out = Vec::new();
+        let (mut agree, mut files) = (0, 0);
+        for (i, seg) in scan.segments.iter().enumerate() {
+            let Some(next) = scan.segments.get(i + 1).map(|n| n.first_offset) else { break };
+            let found = match segidx::read(&self.dir, seg.first_offset) {
+                Ok(None) => continue,
+                Ok(Some(ix)) => ix,
+                Err(e) => {
+                    out.push(format!("INDEX MISMATCH: {e}"));
+                    continue;
+                }
+            };
+            files += 1;
+            let runs = std::mem::take(&mut self.runs[i]).finish();
+            let mismatch = match segidx::SegIdx::from_scan(seg, next, &scan.epochs, runs) {
+                Ok(want) => differs(&found, &want),
+                Err(e) => Some(format!("the segment does not scan whole: {e}")),
+            };
+            match mismatch {
+                None => agree += 1,
+                Some(what) => out.push(format!("INDEX MISMATCH: {}: {what}", segidx::file_name(seg.first_offset))),
+            }
+        }
+        let mut line = format!("segment index files: {agree} of {files} agree with their segments");
+        match (self.checkpoint.take(), self.at_checkpoint.take()) {
+            (None, _) => line += "; no checkpoint",
+            (Some((o, Err(e))), _) => out.push(format!("INDEX MISMATCH: checkpoint at offset {o}: {e}")),
+            (Some((o, Ok(_))), None) => {
+                line += &format!("; checkpoint at offset {o} is past the log (ignored by a start)")
+            }
+            (Some((o, Ok(mut c))), Some((streams, producers))) => {
+                c.streams.sort();
+                c.producers.sort_by_key(|p| p.id);
+                let epochs: Vec<(u32, u64)> = scan.epochs.iter().copied().take_while(|e| e.1 < o).collect();
+                if c.streams != streams || c.producers != producers || c.epochs != epochs {
+                    out.push(format!("INDEX MISMATCH: checkpoint at offset {o} differs from the records below it"));
+                } else {
+                    line += &format!("; checkpoint at offset {o} agrees with the records below it");
+                }
+            }
+        }
+        out.insert(0, line);
+        out
+    }
+}
+
+/// What two indexes of one segment disagree on (None: nothing).
+fn differs(found: &segidx::SegIdx, want: &segidx::SegIdx) -> Option<String> {
+    let sorted = |ix: &segidx::SegIdx| {
+        let mut v = ix.streams.clone();
+        v.sort_by(|a, b| a.name.cmp(&b.name));
+        v
+    };
+    let what = [
+        ((found.first_offset, found.next_offset) != (want.first_offset, want.next_offset), "offsets"),
+        (found.end_pos != want.end_pos || found.batches != want.batches, "batches"),
+        (
+            found.digest != want.digest
+                || (found.last_crc, found.last_records_len) != (want.last_crc, want.last_records_len),
+            "digest",
+        ),
+        (found.epochs != want.epochs, "epochs"),
+        (sorted(found) != sorted(want), "stream runs"),
+    ];
+    let bad: Vec<&str> = what.iter().filter(|(d, _)| *d).map(|(_, w)| *w).collect();
+    (!bad.is_empty()).then(|| format!("its {} differ from the segment's", bad.join(", ")))
 }
 
 /// What retention left in a shard directory: a line about it (None: never trimmed) and

@@ -164,9 +164,25 @@ fn damaged_index_files_and_checkpoints_are_rebuilt_or_passed_over() {
     fill(&n.addr(), &cfg, 8_000, "a", &acked, &mut versions);
     n.kill9();
     let shard = n.data.join("shard-0");
+    let (code, out) = inspect(&n.data);
+    assert!(
+        code == 0 && out.contains("agree with their segments") && out.contains("agrees with the records below it"),
+        "{out}"
+    );
     let idx = files(&shard, ".idx");
+    // An index whose checksum holds but whose stream runs are wrong: only a full scan
+    // (inspect) can tell; a start trusts it. Here it is put back right afterwards.
+    let good = std::fs::read(&idx[0]).unwrap();
+    let mut forged = corelog_server::wal::segidx::SegIdx::decode(&good).unwrap();
+    forged.streams[0].first_version += 1;
+    std::fs::write(&idx[0], forged.encode()).unwrap();
+    let (code, out) = inspect(&n.data);
+    assert!(code == 2 && out.contains("INDEX MISMATCH") && out.contains("stream runs differ"), "{out}");
+    std::fs::write(&idx[0], good).unwrap();
     flip_byte(&idx[1], 5); // inside the stream runs, before the CRC
     std::fs::remove_file(&idx[2]).unwrap();
+    let (code, out) = inspect(&n.data);
+    assert!(code == 2 && out.contains("checksum mismatch"), "{out}");
     n.start();
     let log = n.log_text();
     let rebuilt: Vec<&str> = log.lines().filter(|l| l.contains("segment index rebuilt by a scan")).collect();
@@ -177,6 +193,7 @@ fn damaged_index_files_and_checkpoints_are_rebuilt_or_passed_over() {
     check_streams(&n.addr(), &cfg, &acked, &versions);
     verify_acked(&acked, &[runtime().block_on(read_all(&n.addr(), &cfg, 0))]);
     n.kill9();
+    assert_eq!(inspect(&n.data).0, 0, "{}", inspect(&n.data).1);
     // The rebuilt files are trusted at the next start.
     n.start();
     assert!(!n.log_text().rsplit("---- start #").next().unwrap().contains("rebuilt"), "{}", n.log_text());
