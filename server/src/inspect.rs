@@ -129,8 +129,8 @@ struct Derived {
     /// The stream runs of each segment, as the scan feeds them.
     runs: Vec<StreamRuns>,
     checkpoint: Option<(u64, Result<crate::checkpoint::Checkpoint, String>)>,
-    /// (streams, producers) the scan's index held when it reached the checkpoint.
-    at_checkpoint: Option<(Vec<(Box<str>, u64)>, Vec<crate::producers::Saved>)>,
+    /// The streams and producers the scan's index held when it reached the checkpoint.
+    at_checkpoint: Option<crate::checkpoint::Checkpoint>,
 }
 
 impl Derived {
@@ -163,7 +163,7 @@ impl Derived {
         streams.sort();
         let mut producers = index.producers.saved();
         producers.sort_by_key(|p| p.id);
-        self.at_checkpoint = Some((streams, producers));
+        self.at_checkpoint = Some(crate::checkpoint::Checkpoint { offset: at, streams, producers, epochs: Vec::new() });
     }
 
     /// One line about the index files and the checkpoint: agreement, or what differs.
@@ -202,11 +202,11 @@ impl Derived {
             (Some((o, Ok(_))), None) => {
                 line += &format!("; checkpoint at offset {o} is past the log (ignored by a start)")
             }
-            (Some((o, Ok(mut c))), Some((streams, producers))) => {
+            (Some((o, Ok(mut c))), Some(want)) => {
                 c.streams.sort();
                 c.producers.sort_by_key(|p| p.id);
                 let epochs: Vec<(u32, u64)> = scan.epochs.iter().copied().take_while(|e| e.1 < o).collect();
-                if c.streams != streams || c.producers != producers || c.epochs != epochs {
+                if c.streams != want.streams || c.producers != want.producers || c.epochs != epochs {
                     out.push(format!("INDEX MISMATCH: checkpoint at offset {o} differs from the records below it"));
                 } else {
                     line += &format!("; checkpoint at offset {o} agrees with the records below it");
