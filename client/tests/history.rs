@@ -31,7 +31,11 @@ fn env_num(name: &str, default: u64) -> u64 {
 
 /// `count` consecutive free loopback ports.
 fn free_ports(count: u16) -> u16 {
-    let seed = std::process::id() as u64 ^ Instant::now().elapsed().as_nanos() as u64;
+    // A different start for every call of this process: nodes bind their ports only when
+    // they start, so two calls in a row must not both find the same block free.
+    static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let seed = (std::process::id() as u64).wrapping_mul(31).wrapping_add(call * 104_729);
     for i in 0..2000u64 {
         let base = 20_000 + ((seed.wrapping_mul(2654435761).wrapping_add(i * 7919)) % 12_000) as u16;
         if (base..base + count).all(|p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok()) {
