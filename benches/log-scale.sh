@@ -51,6 +51,7 @@ cleanup() {
   if [ "$KEEP" = 1 ]; then echo "data kept in $DATA"; else rm -rf "$DATA"; fi
 }
 trap cleanup EXIT
+trap "exit 143" TERM INT   # through the EXIT trap: what was started is stopped
 
 now_ns() { date +%s%N; }
 free_bytes() { df -B1 --output=avail "$DATA" | tail -n 1 | tr -d ' '; }
@@ -65,20 +66,21 @@ record() {
 }
 
 # Starts a standalone node on $1 (log appended to $2), from a cold page cache; waits for
-# /health 200. Sets NODE (pid), START_S (spawn to health, s), RSS_KB (VmRSS then).
+# /health 200. Sets NODE (pid), T0 (its spawn, ns), START_S (spawn to health, s), RSS_KB
+# (VmRSS then).
 start_node() {
-  local dir=$1 log=$2 t0
+  local dir=$1 log=$2
   cold
   echo "---- start $(date -u +%FT%TZ) ----" >>"$log"
-  t0=$(now_ns)
+  T0=$(now_ns)
   "$BIN/corelog" serve --role standalone --insecure --data-dir "$dir" --shard-count "$SHARDS" \
     --segment-bytes "$SEGMENT_BYTES" --listen "127.0.0.1:$PORT" --metrics-listen "127.0.0.1:$MPORT" >>"$log" 2>&1 &
   NODE=$!
   until cl_health_once "$MPORT"; do
     kill -0 "$NODE" 2>/dev/null || { echo "the node exited during its start:" >&2; tail -n 5 "$log" >&2; exit 1; }
-    (( ($(now_ns) - t0) / 1000000000 < START_MAX_S )) || { echo "no /health within $START_MAX_S s" >&2; exit 1; }
+    (( ($(now_ns) - T0) / 1000000000 < START_MAX_S )) || { echo "no /health within $START_MAX_S s" >&2; exit 1; }
   done
-  START_S=$(awk -v a="$t0" -v b="$(now_ns)" 'BEGIN {printf "%.3f", (b - a) / 1e9}')
+  START_S=$(awk -v a="$T0" -v b="$(now_ns)" 'BEGIN {printf "%.3f", (b - a) / 1e9}')
   RSS_KB=$(awk '/^VmRSS/ {print $2}' "/proc/$NODE/status")
 }
 # SIGTERM and wait for the exit (bounded: the node's own shutdown timeout is 15 s).
@@ -109,15 +111,17 @@ recovered_lines() {
 recovered_records() {
   awk '/^---- start/ {s = 0} /recovered [0-9]+ records/ {for (i = 1; i < NF; i++) if ($i == "recovered") s += $(i + 1)} END {print s + 0}' "$1"
 }
-# Seconds from the node's first log line to its ready line, for the last start in $1.
-log_span() {
-  python3 - "$1" <<'PY'
-import sys, datetime
+# When the last start in log $1 logged what, in seconds from its spawn at $2 (ns): a JSON
+# object {"first": its first line, "shards": each shard's "recovered" line, "ready": …}.
+log_times() {
+  python3 - "$1" "$2" <<'PY'
+import datetime, json, sys
 lines = open(sys.argv[1]).read().split("---- start")[-1].splitlines()[1:]
-ts = lambda l: datetime.datetime.fromisoformat(l.split()[0].replace("Z", "+00:00"))
+t0 = int(sys.argv[2]) / 1e9
+at = lambda l: round(datetime.datetime.fromisoformat(l.split()[0].replace("Z", "+00:00")).timestamp() - t0, 3)
 first = next(l for l in lines if l[:2] == "20")
 ready = next(l for l in lines if " ready: " in l)
-print(f"{(ts(ready) - ts(first)).total_seconds():.3f}")
+print(json.dumps({"first": at(first), "shards": [at(l) for l in lines if " recovered " in l], "ready": at(ready)}))
 PY
 }
 
@@ -136,7 +140,7 @@ for r in $(seq 1 "$REPS"); do
   rm -rf "$DATA/empty"; mkdir -p "$DATA/empty"
   start_node "$DATA/empty" "$OUT/empty.log"
   echo "empty dir: start $START_S s, RSS $((RSS_KB / 1024)) MiB"
-  record empty "rep=$r" "start_s=$START_S" "rss_kb=$RSS_KB" "log_s=$(log_span "$OUT/empty.log")"
+  record empty "rep=$r" "start_s=$START_S" "rss_kb=$RSS_KB" "times=$(log_times "$OUT/empty.log" "$T0")"
   stop_node
 done
 rm -rf "$DATA/empty"
@@ -173,7 +177,7 @@ for size in "${SIZES[@]}"; do
     echo "size $size: start after clean stop $START_S s, RSS $((RSS_KB / 1024)) MiB, $records records, stream index $((sib / 1048576)) MiB ($ev streams)"
     record clean "size=$size" "rep=$r" "start_s=$START_S" "rss_kb=$RSS_KB" "records=$records" "bytes=$bytes" \
       "log_bytes=$log_bytes" "segments=$segments" "write_s=$write_s" "stream_index_bytes=$sib" "streams_held=$ev" \
-      "log_s=$(log_span "$OUT/node-$size.log")" "lines=$(recovered_lines "$OUT/node-$size.log")"
+      "times=$(log_times "$OUT/node-$size.log" "$T0")" "lines=$(recovered_lines "$OUT/node-$size.log")"
     [ "$r" -lt "$REPS" ] && stop_node
   done
   for r in $(seq 1 "$REPS"); do
@@ -182,7 +186,7 @@ for size in "${SIZES[@]}"; do
     records=$(recovered_records "$OUT/node-$size.log")
     echo "size $size: start after kill -9 $START_S s, RSS $((RSS_KB / 1024)) MiB, $records records"
     record kill9 "size=$size" "rep=$r" "start_s=$START_S" "rss_kb=$RSS_KB" "records=$records" \
-      "log_s=$(log_span "$OUT/node-$size.log")" "lines=$(recovered_lines "$OUT/node-$size.log")"
+      "times=$(log_times "$OUT/node-$size.log" "$T0")" "lines=$(recovered_lines "$OUT/node-$size.log")"
   done
   stop_node
   have=$(recovered_records "$OUT/node-$size.log")
@@ -190,11 +194,34 @@ for size in "${SIZES[@]}"; do
 done
 
 # Floor: the device's read rate (O_DIRECT, 1 MiB blocks, one sealed segment, cold).
-seg=$(find "$d/shard-0" -name '*.log' | sort | head -n 1)
+seg="$d/shard-0/00000000000000000000.log"
 cold
 dd_line=$(dd if="$seg" of=/dev/null bs=1M iflag=direct 2>&1 | tail -n 1)
 echo "dd read of $seg: $dd_line"
 record dd "line=\"$dd_line\""
+# Floor of a stream read, which reads the whole batch holding the event: READS random
+# O_DIRECT reads of one batch (1 MiB) and, for comparison, of one 4 KiB block, at random
+# places in the sealed segments (those with an index file), page cache dropped.
+cold
+python3 - "$RUNS" "$READS" "$d"/shard-*/*.log <<'PY' | tee -a "$OUT/floor-reads.txt"
+import json, mmap, os, random, sys, time
+runs, n = sys.argv[1], int(sys.argv[2])
+files = [f for f in sys.argv[3:] if os.path.exists(f[:-4] + ".idx")] or sys.argv[3:]  # sealed: written whole
+rng = random.Random(1)
+for size in (1 << 20, 4096):
+    buf, lat = mmap.mmap(-1, size), []
+    for _ in range(n):
+        f = rng.choice(files)
+        fd = os.open(f, os.O_RDONLY | os.O_DIRECT)
+        at = rng.randrange(os.fstat(fd).st_size // size) * size
+        t = time.perf_counter(); os.preadv(fd, [buf], at); lat.append((time.perf_counter() - t) * 1e3)
+        os.close(fd)
+    lat.sort()
+    q = lambda p: lat[min(len(lat) - 1, int(len(lat) * p + 0.999999) - 1)]
+    r = {"kind": "floor_read", "bytes": size, "n": n, "p50_ms": round(q(0.5), 3), "p99_ms": round(q(0.99), 3), "max_ms": round(lat[-1], 3)}
+    open(runs, "a").write(json.dumps(r) + "\n")
+    print(f"random O_DIRECT reads of {size} bytes: {n}, p50 {r['p50_ms']} ms, p99 {r['p99_ms']} ms, max {r['max_ms']} ms")
+PY
 
 # Stream reads at random versions, with the largest log.
 start_node "$d" "$OUT/node-reads.log"
@@ -224,6 +251,8 @@ for s in sizes:
         "clean_s": med([r["start_s"] for r in c]), "clean_all": [r["start_s"] for r in c],
         "kill9_s": med([r["start_s"] for r in k]), "kill9_all": [r["start_s"] for r in k],
         "rss_mib": med([r["rss_kb"] for r in c + k]) / 1024,
+        "log_bytes": c[0]["log_bytes"],
+        "last_shard_s": med([max(r["times"]["shards"]) for r in c]),
         "stream_index_mib": c[0]["stream_index_bytes"] / 2**20,
         "clean_lines": c[-1]["lines"], "kill9_lines": k[-1]["lines"] if k else [],
     })
@@ -232,22 +261,25 @@ reads = [r for r in runs if r["kind"] == "reads"]
 dd = next((r["line"] for r in runs if r["kind"] == "dd"), "")
 res = {"meta": meta, "rows": rows, "empty_start_s": med([r["start_s"] for r in empty]),
        "empty_rss_mib": med([r["rss_kb"] for r in empty]) / 1024 if empty else None,
-       "dd": dd, "reads": reads, "skipped": [r for r in runs if r["kind"] == "skipped"]}
+       "dd": dd, "reads": reads, "floor_reads": [r for r in runs if r["kind"] == "floor_read"], "skipped": [r for r in runs if r["kind"] == "skipped"]}
 json.dump(res, open(f"{out}/results.json", "w"), indent=1)
 h = lambda n: f"{n / 1e9:.1f} GB" if n >= 1e9 else f"{n / 1e6:.0f} MB"
-md = ["| size | records | bytes on disk | segments | start after clean stop (s) | start after kill -9 (s) | RSS (MiB) | stream index (MiB) |",
-      "|---|---|---|---|---|---|---|---|"]
+md = ["| size | records | record bytes | segments | start after clean stop (s) | start after kill -9 (s) | last shard recovered (s) | RSS (MiB) | stream index (MiB) |",
+      "|---|---|---|---|---|---|---|---|---|"]
 for r in rows:
     rng = lambda xs: f"{min(xs):.2f}–{max(xs):.2f}"
-    md.append(f"| {r['size']:,} | {r['records']:,} | {h(r['bytes'])} | {r['segments']} | {r['clean_s']:.2f} ({rng(r['clean_all'])}) "
-              f"| {r['kill9_s']:.2f} ({rng(r['kill9_all'])}) | {r['rss_mib']:.0f} | {r['stream_index_mib']:.0f} |")
+    md.append(f"| {r['size']:,} | {r['records']:,} | {h(r['log_bytes'])} | {r['segments']} | {r['clean_s']:.2f} ({rng(r['clean_all'])}) "
+              f"| {r['kill9_s']:.2f} ({rng(r['kill9_all'])}) | {r['last_shard_s']:.2f} | {r['rss_mib']:.0f} | {r['stream_index_mib']:.0f} |")
 if res["empty_start_s"] is not None:
-    md.append(f"| empty dir | 0 | – | 0 | {res['empty_start_s']:.2f} | – | {res['empty_rss_mib']:.0f} | 0 |")
+    md.append(f"| empty dir | 0 | 0 | 0 | {res['empty_start_s']:.2f} | – | – | {res['empty_rss_mib']:.0f} | 0 |")
 md.append("")
 for r in reads:
     md.append(f"Stream reads (log of {r['size']:,} records, page cache dropped, seed {r['seed']}): {r['n']} reads, "
               f"p50 {r['p50_ms']:.2f} ms, p90 {r['p90_ms']:.2f} ms, p99 {r['p99_ms']:.2f} ms, max {r['max_ms']:.2f} ms")
 md.append(f"dd O_DIRECT read of one segment: {dd}")
+for r in runs:
+    if r["kind"] == "floor_read":
+        md.append(f"Random O_DIRECT reads of {r['bytes']} bytes (page cache dropped): {r['n']}, p50 {r['p50_ms']} ms, p99 {r['p99_ms']} ms, max {r['max_ms']} ms")
 open(f"{out}/results.md", "w").write("\n".join(md) + "\n")
 print("\n".join(md))
 
