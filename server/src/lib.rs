@@ -28,6 +28,7 @@ pub mod producers;
 pub mod quickstart;
 pub mod replica;
 pub mod retention;
+pub mod scrub;
 pub mod seal;
 pub mod shard;
 pub mod shutdown;

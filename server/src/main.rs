@@ -300,6 +300,12 @@ struct ServeArgs {
     /// does a second signal).
     #[arg(long, default_value_t = 15_000, value_parser = clap::value_parser!(u64).range(1..))]
     shutdown_timeout_ms: u64,
+    /// Scrubbing: MiB/s of sealed segments the node re-reads, shared by its shards, to find
+    /// damage a start no longer reads (every CRC, against the segment index files);
+    /// damage is logged, counted and shown on /health. The default covers 1 TB a day;
+    /// 0 turns it off (docs/operations.md §7.3).
+    #[arg(long, default_value_t = corelog_server::scrub::DEFAULT_MIB_PER_S)]
+    scrub_mib_per_s: f64,
 }
 
 fn serve_config(a: ServeArgs) -> Result<ServeConfig, String> {
@@ -357,7 +363,12 @@ fn serve_config(a: ServeArgs) -> Result<ServeConfig, String> {
         Some(h) if h.is_finite() && h > 0.0 && h < 1e6 => Some(Duration::from_secs_f64(h * 3600.0)),
         Some(h) => return Err(format!("--retain-hours {h}: give a number of hours above 0 (fractions allowed)")),
     };
+    let scrub = a.scrub_mib_per_s;
+    if !(scrub.is_finite() && (0.0..=1e6).contains(&scrub)) {
+        return Err(format!("--scrub-mib-per-s {scrub}: give MiB per second, 0 (off) up to 1000000"));
+    }
     Ok(ServeConfig {
+        scrub_mib_per_s: scrub,
         retain: corelog_server::retention::Policy { bytes: a.retain_bytes, age },
         shutdown_timeout: Duration::from_millis(a.shutdown_timeout_ms),
         data_dir: a.data_dir,

@@ -49,6 +49,12 @@ pub struct ShardMetrics {
     pub trimmed_segments: Counter,
     pub checkpoints: Counter,
     pub checkpoint_errors: Counter,
+    /// Scrubbing (`scrub.rs`): bytes of sealed segments re-read, rounds over all of them,
+    /// damaged spots found (each once), and 1 while damage is known.
+    pub scrub_bytes: Counter,
+    pub scrub_passes: Counter,
+    pub scrub_damage: Counter,
+    pub scrub_damaged: Gauge,
 }
 
 impl ShardMetrics {
@@ -88,7 +94,11 @@ impl ShardMetrics {
             first_offset: gauge!("corelog_first_offset", "shard" => s.clone()),
             trimmed_segments: counter!("corelog_trimmed_segments_total", "shard" => s.clone()),
             checkpoints: counter!("corelog_checkpoints_total", "shard" => s.clone()),
-            checkpoint_errors: counter!("corelog_checkpoint_errors_total", "shard" => s),
+            checkpoint_errors: counter!("corelog_checkpoint_errors_total", "shard" => s.clone()),
+            scrub_bytes: counter!("corelog_scrub_bytes_total", "shard" => s.clone()),
+            scrub_passes: counter!("corelog_scrub_passes_total", "shard" => s.clone()),
+            scrub_damage: counter!("corelog_scrub_damage_total", "shard" => s.clone()),
+            scrub_damaged: gauge!("corelog_scrub_damaged", "shard" => s),
         }
     }
 }
@@ -144,6 +154,21 @@ pub fn set_lease_lapsed(lapsed: bool) {
     gauge!("corelog_lease_lapsed").set(if lapsed { 1.0 } else { 0.0 });
 }
 
+/// Shards of this process whose scrubber knows of damage (`scrub.rs`). Shown on `/health`
+/// as `scrub=damaged` while any does: the node still serves (200), an operator must act.
+static SCRUB_DAMAGED: AtomicUsize = AtomicUsize::new(0);
+
+/// A shard's scrubber found damage (`true`) or knows of none any more (`false`): call
+/// on each change only.
+pub fn scrub_damage_known(known: bool) {
+    if known {
+        SCRUB_DAMAGED.fetch_add(1, Ordering::Relaxed);
+    } else {
+        let was = SCRUB_DAMAGED.fetch_sub(1, Ordering::Relaxed);
+        assert!(was > 0, "scrub damage cleared more often than found");
+    }
+}
+
 fn health_body() -> String {
     let h = HEALTH.lock().unwrap_or_else(|e| e.into_inner());
     let lease = match LEASE.load(Ordering::Relaxed) {
@@ -151,10 +176,12 @@ fn health_body() -> String {
         2 => " lease=lapsed",
         _ => "",
     };
+    // Last, after the coordinator's fields, which readers take word by word.
+    let scrub = if SCRUB_DAMAGED.load(Ordering::Relaxed) > 0 { " scrub=damaged" } else { "" };
     if h.is_empty() {
-        "ok\n".to_string()
+        format!("ok{scrub}\n")
     } else {
-        format!("ok {h}{lease}\n")
+        format!("ok {h}{lease}{scrub}\n")
     }
 }
 

@@ -65,6 +65,9 @@ pub struct ServeConfig {
     pub retain: crate::retention::Policy,
     /// SIGTERM/SIGINT: how long the graceful shutdown may take (`shutdown.rs`).
     pub shutdown_timeout: Duration,
+    /// MiB/s of sealed segments the node's shards re-read together to find damage
+    /// (`scrub.rs`); 0: off.
+    pub scrub_mib_per_s: f64,
 }
 
 impl ServeConfig {
@@ -97,6 +100,8 @@ impl ServeConfig {
             coord: None,
             retain: crate::retention::Policy::default(),
             shutdown_timeout: d(15_000),
+            // A tool that writes a log does not re-read it (nor slow its writes by it).
+            scrub_mib_per_s: 0.0,
         }
     }
 }
@@ -466,6 +471,7 @@ pub async fn open_shard(place: Place, cfg: &ServeConfig) -> Result<(Rc<Shard>, S
     if cfg.retain.any() {
         glommio::spawn_local(retention::run(shard.clone())).detach();
     }
+    crate::scrub::spawn(&shard, cfg.scrub_mib_per_s, cfg.shard_count);
     let line = format!(
         "shard {id}: recovered {records} records in {segments} segment(s) ({how}), next offset {}, epoch {epoch}",
         shard.log.next_offset(),
