@@ -24,7 +24,8 @@
 # Env: OUT (target/log-scale), DATA (target/log-scale-data), BIN (target/release, built
 # with `cargo build --release`), COMMIT (the label of BIN's tree), REPS=3, READS=200, SHARDS=2, STREAMS=100000,
 # STREAM_EVERY=100, PRODUCER_EVERY=1000, SEGMENT_BYTES=268435456, FREE_GB_MIN=15,
-# SECONDS_MAX=7200 (no new size is started past it), KEEP=0.
+# SECONDS_MAX=7200 (no new size is started past it), KEEP=0; REPORT_ONLY=1 writes the
+# results again from OUT/runs.jsonl and measures nothing.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # shellcheck source=benches/lib.sh
@@ -38,6 +39,112 @@ SEGMENT_BYTES=${SEGMENT_BYTES:-268435456}; FREE_GB_MIN=${FREE_GB_MIN:-15}
 SECONDS_MAX=${SECONDS_MAX:-7200}; KEEP=${KEEP:-0}
 PORT=28400; MPORT=28600   # client (direct ports PORT+1..), metrics
 START_MAX_S=600           # a start slower than this fails the run
+
+# Tables and plot from OUT/runs.jsonl: results.json, results.md, results.svg.
+report() {
+python3 - "$RUNS" "$OUT" <<'PY'
+import json, statistics, sys
+runs = [json.loads(l) for l in open(sys.argv[1])]
+out = sys.argv[2]
+meta = next(r for r in runs if r["kind"] == "meta")
+med = lambda xs: statistics.median(xs) if xs else None
+sizes = sorted({r["size"] for r in runs if r["kind"] == "clean"})
+rows = []
+for s in sizes:
+    c = [r for r in runs if r["kind"] == "clean" and r["size"] == s]
+    k = [r for r in runs if r["kind"] == "kill9" and r["size"] == s]
+    rows.append({
+        "size": s, "records": c[0]["records"], "bytes": c[0]["bytes"], "segments": c[0]["segments"],
+        "write_s": c[0]["write_s"],
+        "clean_s": med([r["start_s"] for r in c]), "clean_all": [r["start_s"] for r in c],
+        "kill9_s": med([r["start_s"] for r in k]), "kill9_all": [r["start_s"] for r in k],
+        "rss_mib": med([r["rss_kb"] for r in c + k]) / 1024,
+        "log_bytes": c[0]["log_bytes"],
+        "last_shard_s": med([max(r["times"]["shards"]) for r in c]),
+        "stream_index_mib": c[0]["stream_index_bytes"] / 2**20,
+        "clean_lines": c[-1]["lines"], "kill9_lines": k[-1]["lines"] if k else [],
+    })
+empty = [r for r in runs if r["kind"] == "empty"]
+reads = [r for r in runs if r["kind"] == "reads"]
+dd = next((r["line"] for r in runs if r["kind"] == "dd"), "")
+res = {"meta": meta, "rows": rows, "empty_start_s": med([r["start_s"] for r in empty]),
+       "empty_rss_mib": med([r["rss_kb"] for r in empty]) / 1024 if empty else None,
+       "dd": dd, "reads": reads, "floor_reads": [r for r in runs if r["kind"] == "floor_read"], "skipped": [r for r in runs if r["kind"] == "skipped"]}
+json.dump(res, open(f"{out}/results.json", "w"), indent=1)
+h = lambda n: f"{n / 1e9:.1f} GB" if n >= 1e9 else f"{n / 1e6:.0f} MB"
+md = ["| size | records | record bytes | segments | start after clean stop (s) | start after kill -9 (s) | last shard recovered (s) | RSS (MiB) | stream index (MiB) |",
+      "|---|---|---|---|---|---|---|---|---|"]
+for r in rows:
+    rng = lambda xs: f"{min(xs):.2f}–{max(xs):.2f}"
+    md.append(f"| {r['size']:,} | {r['records']:,} | {h(r['log_bytes'])} | {r['segments']} | {r['clean_s']:.2f} ({rng(r['clean_all'])}) "
+              f"| {r['kill9_s']:.2f} ({rng(r['kill9_all'])}) | {r['last_shard_s']:.2f} | {r['rss_mib']:.0f} | {r['stream_index_mib']:.0f} |")
+if res["empty_start_s"] is not None:
+    md.append(f"| empty dir | 0 | 0 | 0 | {res['empty_start_s']:.2f} | – | – | {res['empty_rss_mib']:.0f} | 0 |")
+md.append("")
+for r in reads:
+    md.append(f"Stream reads (log of {r['size']:,} records, page cache dropped, seed {r['seed']}): {r['n']} reads, "
+              f"p50 {r['p50_ms']:.2f} ms, p90 {r['p90_ms']:.2f} ms, p99 {r['p99_ms']:.2f} ms, max {r['max_ms']:.2f} ms")
+md.append(f"dd O_DIRECT read of one segment: {dd}")
+for r in runs:
+    if r["kind"] == "floor_read":
+        md.append(f"Random O_DIRECT reads of {r['bytes']} bytes (page cache dropped): {r['n']}, p50 {r['p50_ms']} ms, p99 {r['p99_ms']} ms, max {r['max_ms']} ms")
+open(f"{out}/results.md", "w").write("\n".join(md) + "\n")
+print("\n".join(md))
+
+# Plot: start times and RSS against records (log scale), two panels.
+import math
+W, H, T, B = 800, 320, 34, 56
+def nice(v):
+    e = 10 ** math.floor(math.log10(v))
+    return next(m * e for m in (1, 2, 2.5, 5, 10) if m * e >= v)
+def panel(x0, y0, w, h, series, floor, ylabel, title):
+    xs = [p[0] for s in series for p in s[2]]
+    ys = [p[1] for s in series for p in s[2]] + ([floor[1]] if floor else [])
+    if not xs:
+        return []
+    lx0, lx1 = math.floor(math.log10(min(xs))), math.ceil(math.log10(max(xs)))
+    lx1 = max(lx1, lx0 + 1)
+    step = nice(max(ys) / 4 or 1)
+    ymax = step * math.ceil(max(ys) * 1.05 / step)
+    X = lambda v: x0 + (math.log10(v) - lx0) / (lx1 - lx0) * w
+    Y = lambda v: y0 + h - v / ymax * h
+    e = [f'<text x="{x0 + w / 2}" y="{y0 - 12}" text-anchor="middle" font-size="13">{title}</text>',
+         f'<text x="{x0 - 46}" y="{y0 + h / 2}" font-size="11" transform="rotate(-90 {x0 - 46} {y0 + h / 2})" text-anchor="middle">{ylabel}</text>']
+    v = 0.0
+    while v <= ymax + step / 2:
+        e.append(f'<line x1="{x0}" y1="{Y(v):.1f}" x2="{x0 + w}" y2="{Y(v):.1f}" stroke="#eee"/>')
+        e.append(f'<text x="{x0 - 5}" y="{Y(v) + 3:.1f}" text-anchor="end" font-size="10">{v:g}</text>')
+        v += step
+    e.append(f'<rect x="{x0}" y="{y0}" width="{w}" height="{h}" fill="none" stroke="#999"/>')
+    for d in range(lx0, lx1 + 1):
+        e.append(f'<line x1="{X(10**d):.1f}" y1="{y0 + h}" x2="{X(10**d):.1f}" y2="{y0 + h + 4}" stroke="#999"/>')
+        label = {6: "1 M", 7: "10 M", 8: "100 M", 9: "1 B", 10: "10 B"}.get(d, f"1e{d}")
+        e.append(f'<text x="{X(10**d):.1f}" y="{y0 + h + 16}" text-anchor="middle" font-size="10">{label}</text>')
+    if floor:
+        e.append(f'<line x1="{x0}" y1="{Y(floor[1]):.1f}" x2="{x0 + w}" y2="{Y(floor[1]):.1f}" stroke="#777" stroke-dasharray="4 3"/>')
+        e.append(f'<text x="{x0 + w - 4}" y="{Y(floor[1]) - 4:.1f}" text-anchor="end" font-size="10" fill="#555">{floor[0]}</text>')
+    for j, (name, color, pts) in enumerate(series):
+        pts = sorted(pts)
+        e.append(f'<polyline fill="none" stroke="{color}" stroke-width="2" points="{" ".join(f"{X(a):.1f},{Y(b):.1f}" for a, b in pts)}"/>')
+        e += [f'<circle cx="{X(a):.1f}" cy="{Y(b):.1f}" r="3" fill="{color}"/>' for a, b in pts]
+        e.append(f'<text x="{x0 + 8}" y="{y0 + 15 + 13 * j}" font-size="11" fill="{color}">{name}</text>')
+    e.append(f'<text x="{x0 + w / 2}" y="{y0 + h + 34}" text-anchor="middle" font-size="11">records in the log (2 shards)</text>')
+    return e
+pw = 300
+fl = lambda v, what: (what, v) if v is not None else None
+els = panel(70, T, pw, H - T - B, [("after clean stop", "#1f77b4", [(r["records"], r["clean_s"]) for r in rows]),
+                                   ("after kill -9", "#d62728", [(r["records"], r["kill9_s"]) for r in rows if r["kill9_s"] is not None])],
+            fl(res["empty_start_s"], "empty dir"), "seconds from spawn to /health 200", "start time (median of reps)")
+els += panel(70 + pw + 110, T, pw, H - T - B, [("VmRSS when ready", "#2ca02c", [(r["records"], r["rss_mib"]) for r in rows]),
+                                               ("stream index (metric)", "#9467bd", [(r["records"], r["stream_index_mib"]) for r in rows])],
+             fl(res["empty_rss_mib"], "empty dir"), "MiB", "memory once ready")
+svg = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" font-family="sans-serif">',
+       f'<rect width="{W}" height="{H}" fill="white"/>'] + els + [
+       f'<text x="{W / 2}" y="{H - 6}" text-anchor="middle" font-size="10" fill="#555">benches/log-scale.sh, commit {meta["commit"]}, {meta["date"][:10]}, {meta["cpus"]} CPUs</text>', "</svg>"]
+open(f"{out}/results.svg", "w").write("\n".join(svg) + "\n")
+PY
+}
+if [ "${REPORT_ONLY:-0}" = 1 ]; then RUNS="$OUT/runs.jsonl"; report; exit 0; fi
 
 cl_need_bins log-scale.sh "$BIN" corelog corelog-biglog corelog-loadgen stream_reads
 [ -e "$DATA" ] && { echo "log-scale.sh: $DATA exists (remove it or set DATA)" >&2; exit 2; }
@@ -234,94 +341,5 @@ for seed in 1 2; do
 done
 stop_node
 
-python3 - "$RUNS" "$OUT" <<'PY'
-import json, statistics, sys
-runs = [json.loads(l) for l in open(sys.argv[1])]
-out = sys.argv[2]
-meta = next(r for r in runs if r["kind"] == "meta")
-med = lambda xs: statistics.median(xs) if xs else None
-sizes = sorted({r["size"] for r in runs if r["kind"] == "clean"})
-rows = []
-for s in sizes:
-    c = [r for r in runs if r["kind"] == "clean" and r["size"] == s]
-    k = [r for r in runs if r["kind"] == "kill9" and r["size"] == s]
-    rows.append({
-        "size": s, "records": c[0]["records"], "bytes": c[0]["bytes"], "segments": c[0]["segments"],
-        "write_s": c[0]["write_s"],
-        "clean_s": med([r["start_s"] for r in c]), "clean_all": [r["start_s"] for r in c],
-        "kill9_s": med([r["start_s"] for r in k]), "kill9_all": [r["start_s"] for r in k],
-        "rss_mib": med([r["rss_kb"] for r in c + k]) / 1024,
-        "log_bytes": c[0]["log_bytes"],
-        "last_shard_s": med([max(r["times"]["shards"]) for r in c]),
-        "stream_index_mib": c[0]["stream_index_bytes"] / 2**20,
-        "clean_lines": c[-1]["lines"], "kill9_lines": k[-1]["lines"] if k else [],
-    })
-empty = [r for r in runs if r["kind"] == "empty"]
-reads = [r for r in runs if r["kind"] == "reads"]
-dd = next((r["line"] for r in runs if r["kind"] == "dd"), "")
-res = {"meta": meta, "rows": rows, "empty_start_s": med([r["start_s"] for r in empty]),
-       "empty_rss_mib": med([r["rss_kb"] for r in empty]) / 1024 if empty else None,
-       "dd": dd, "reads": reads, "floor_reads": [r for r in runs if r["kind"] == "floor_read"], "skipped": [r for r in runs if r["kind"] == "skipped"]}
-json.dump(res, open(f"{out}/results.json", "w"), indent=1)
-h = lambda n: f"{n / 1e9:.1f} GB" if n >= 1e9 else f"{n / 1e6:.0f} MB"
-md = ["| size | records | record bytes | segments | start after clean stop (s) | start after kill -9 (s) | last shard recovered (s) | RSS (MiB) | stream index (MiB) |",
-      "|---|---|---|---|---|---|---|---|---|"]
-for r in rows:
-    rng = lambda xs: f"{min(xs):.2f}–{max(xs):.2f}"
-    md.append(f"| {r['size']:,} | {r['records']:,} | {h(r['log_bytes'])} | {r['segments']} | {r['clean_s']:.2f} ({rng(r['clean_all'])}) "
-              f"| {r['kill9_s']:.2f} ({rng(r['kill9_all'])}) | {r['last_shard_s']:.2f} | {r['rss_mib']:.0f} | {r['stream_index_mib']:.0f} |")
-if res["empty_start_s"] is not None:
-    md.append(f"| empty dir | 0 | 0 | 0 | {res['empty_start_s']:.2f} | – | – | {res['empty_rss_mib']:.0f} | 0 |")
-md.append("")
-for r in reads:
-    md.append(f"Stream reads (log of {r['size']:,} records, page cache dropped, seed {r['seed']}): {r['n']} reads, "
-              f"p50 {r['p50_ms']:.2f} ms, p90 {r['p90_ms']:.2f} ms, p99 {r['p99_ms']:.2f} ms, max {r['max_ms']:.2f} ms")
-md.append(f"dd O_DIRECT read of one segment: {dd}")
-for r in runs:
-    if r["kind"] == "floor_read":
-        md.append(f"Random O_DIRECT reads of {r['bytes']} bytes (page cache dropped): {r['n']}, p50 {r['p50_ms']} ms, p99 {r['p99_ms']} ms, max {r['max_ms']} ms")
-open(f"{out}/results.md", "w").write("\n".join(md) + "\n")
-print("\n".join(md))
-
-# Plot: start times and RSS against records (log scale), two panels.
-W, H, L, R, T, B = 760, 300, 70, 20, 30, 50
-def panel(x0, y0, w, h, series, ylabel, title):
-    xs = [p[0] for s in series for p in s[2]]
-    ys = [p[1] for s in series for p in s[2]]
-    if not xs:
-        return []
-    import math
-    lx0, lx1 = math.floor(math.log10(min(xs))), math.ceil(math.log10(max(xs)))
-    lx1 = max(lx1, lx0 + 1)
-    ymax = max(ys) * 1.15 or 1
-    X = lambda v: x0 + (math.log10(v) - lx0) / (lx1 - lx0) * w
-    Y = lambda v: y0 + h - v / ymax * h
-    e = [f'<rect x="{x0}" y="{y0}" width="{w}" height="{h}" fill="none" stroke="#999"/>',
-         f'<text x="{x0 + w / 2}" y="{y0 - 10}" text-anchor="middle" font-size="13">{title}</text>',
-         f'<text x="{x0 - 50}" y="{y0 + h / 2}" font-size="11" transform="rotate(-90 {x0 - 50} {y0 + h / 2})" text-anchor="middle">{ylabel}</text>']
-    for d in range(lx0, lx1 + 1):
-        e.append(f'<line x1="{X(10**d)}" y1="{y0 + h}" x2="{X(10**d)}" y2="{y0 + h + 4}" stroke="#999"/>')
-        e.append(f'<text x="{X(10**d)}" y="{y0 + h + 16}" text-anchor="middle" font-size="10">1e{d}</text>')
-    for i in range(5):
-        v = ymax * i / 4
-        e.append(f'<text x="{x0 - 4}" y="{Y(v) + 3}" text-anchor="end" font-size="10">{v:.3g}</text>')
-        e.append(f'<line x1="{x0}" y1="{Y(v)}" x2="{x0 + w}" y2="{Y(v)}" stroke="#eee"/>')
-    for j, (name, color, pts) in enumerate(series):
-        pts = sorted(pts)
-        e.append(f'<polyline fill="none" stroke="{color}" stroke-width="2" points="{" ".join(f"{X(a):.1f},{Y(b):.1f}" for a, b in pts)}"/>')
-        e += [f'<circle cx="{X(a):.1f}" cy="{Y(b):.1f}" r="3" fill="{color}"/>' for a, b in pts]
-        e.append(f'<text x="{x0 + 8}" y="{y0 + 14 + 13 * j}" font-size="11" fill="{color}">{name}</text>')
-    e.append(f'<text x="{x0 + w / 2}" y="{y0 + h + 32}" text-anchor="middle" font-size="11">records in the log</text>')
-    return e
-pw = (W - 2 * L - 2 * R) // 2 + 20
-els = panel(L, T, pw, H - T - B, [("after clean stop", "#1f77b4", [(r["records"], r["clean_s"]) for r in rows]),
-                                  ("after kill -9", "#d62728", [(r["records"], r["kill9_s"]) for r in rows if r["kill9_s"] is not None])],
-            "seconds to /health 200", "start time (median)")
-els += panel(L + pw + L + R, T, pw, H - T - B, [("VmRSS when ready", "#2ca02c", [(r["records"], r["rss_mib"]) for r in rows]),
-                                                ("stream index", "#9467bd", [(r["records"], r["stream_index_mib"]) for r in rows])],
-             "MiB", "memory")
-svg = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif">',
-       f'<rect width="{W}" height="{H}" fill="white"/>'] + els + ["</svg>"]
-open(f"{out}/results.svg", "w").write("\n".join(svg) + "\n")
-PY
+report
 echo "results: $OUT/results.md, $OUT/results.json, $OUT/results.svg"
