@@ -3,38 +3,41 @@
 //! A start reads what the log's length does not change: the index file of every sealed
 //! segment (`wal::segidx`, each checked against its segment's name, the next segment's
 //! name and its last batch, read back), the newest checkpoint (`checkpoint`), and the
-//! segments from that checkpoint on, scanned record by record as before (the last
-//! segment, normally; a crash between a roll and its checkpoint adds the one before).
-//! The derived state starts from the checkpoint and the stream runs of the segment
-//! indexes, and is fed the scanned records.
+//! segments from that checkpoint on, scanned record by record (the last segment,
+//! normally). The derived state is the checkpoint's — stream versions with their runs'
+//! skip pointers, producers' windows, epochs — fed the scanned records.
 //!
-//! Nothing is trusted blindly: a missing or damaged segment index is rebuilt by scanning
-//! that segment (and written back); a segment that does not scan as a whole sealed
-//! segment ends the trusted part there; a checkpoint that does not decode or does not
-//! agree with the segment indexes below it is passed over for an older one, and with
-//! none the start scans every segment from the log's first (what every start did
-//! before segment indexes existed, and what `corelog inspect` always does).
+//! Nothing is trusted blindly. Sealed segments are trusted from the first on, as far as
+//! their index files check out; a segment after that is scanned, and if it is whole its
+//! index file is written anew, as is every later one (their runs' pointers lead into the
+//! rebuilt file). A checkpoint is used only when every segment below it is trusted and it
+//! agrees with their index files (epochs); else an older one, else none: the derived state
+//! is then rebuilt from the log's first segment (the runs of trusted index files, the
+//! records for the producers' windows), which is what a start did before index files
+//! existed, and a checkpoint is written for the next start.
 
 use std::path::{Path, PathBuf};
 
-use crate::checkpoint::{self, Checkpoint};
+use crate::checkpoint;
 use crate::index::LogIndex;
 use crate::snapshot;
 use crate::wal::recovery::{self, list_segments, ShardScan};
-use crate::wal::segidx::{self, SegIdx, StreamRun};
+use crate::wal::segidx::{self, SegIdx};
 
 /// What a start found and how.
 pub struct Boot {
     /// The derived state of every record of the log.
     pub index: LogIndex,
-    /// The sealed segments below the tail, from their index files.
+    /// The sealed segments below the tail, from their index files (trusted or rebuilt).
     pub sealed: Vec<SegIdx>,
-    /// The scan of the segments from the checkpoint on (torn tail or damage included).
+    /// The scan of the last segment(s) (torn tail or damage included).
     pub tail: ShardScan,
     /// Segment indexes rebuilt by a scan, and why.
     pub rebuilt: Vec<String>,
     /// The checkpoint the derived state started from (None: the log's first segment).
     pub checkpoint: Option<u64>,
+    /// Sealed segments whose records were read (after the checkpoint, or all without one).
+    pub replayed: usize,
 }
 
 impl Boot {
@@ -49,42 +52,98 @@ impl Boot {
     /// The start's log line: what it read.
     pub fn how(&self) -> String {
         let scanned: u64 = self.tail.segments.iter().map(|s| s.end_pos()).sum();
-        match self.checkpoint {
-            Some(c) => format!(
-                "{} sealed segment(s) from their index files, checkpoint at offset {c}, {} segment(s) scanned ({} bytes)",
-                self.sealed.len(),
-                self.tail.segments.len(),
-                scanned
-            ),
-            None => format!("no checkpoint: {} segment(s) scanned ({scanned} bytes)", self.tail.segments.len()),
-        }
+        let from = match self.checkpoint {
+            Some(c) => format!("checkpoint at offset {c}"),
+            None => "no checkpoint".to_string(),
+        };
+        format!(
+            "{} sealed segment(s) from their index files, {from}, {} sealed segment(s) read again, {} segment(s) scanned ({scanned} bytes)",
+            self.sealed.len(),
+            self.replayed,
+            self.tail.segments.len(),
+        )
     }
 }
 
 /// Opens one shard's storage for a start (after `snapshot::plan`'s clean-up of an
-/// interrupted trim). Writes only rebuilt segment indexes and removes stale derived files.
+/// interrupted trim). Writes only rebuilt segment indexes and a checkpoint when the one
+/// for the last segment is missing, and removes stale derived files.
 pub fn open(shard: u16, dir: &Path, max_producers: usize) -> Result<Boot, String> {
     let (_, first) = snapshot::apply(dir, snapshot::plan(dir)?, max_producers)?;
     let files = list_segments(dir).map_err(|e| e.to_string())?;
     remove_stale(dir, &files, first)?;
-    let mut rebuilt = Vec::new();
-    let sealed = trust_sealed(shard, dir, &files, &mut rebuilt)?;
-    let picked = pick_checkpoint(dir, &files, &sealed)?;
-    let (k, mut index, at) = match picked {
-        Some((k, c)) => match from_checkpoint(&c, &sealed[..k], max_producers) {
-            Ok(ix) => (k, ix, Some(c.offset)),
-            Err(e) => {
-                log::warn!(
-                    "shard {shard}: checkpoint at offset {} disagrees with the segment indexes below it ({e}); scanning every segment",
-                    c.offset
-                );
-                (0, trim_state(dir, max_producers)?, None)
-            }
-        },
+    let trusted = trust_sealed(shard, dir, &files)?;
+    let (k, mut index, from) = match pick_checkpoint(shard, dir, &files, &trusted)? {
+        Some((k, c)) => {
+            (k, LogIndex { streams: c.streams, producers: restore(&c.producers, max_producers)? }, Some(c.offset))
+        }
         None => (0, trim_state(dir, max_producers)?, None),
     };
+    let mut sealed: Vec<SegIdx> = trusted;
+    let mut rebuilt = Vec::new();
+    let mut replayed = 0;
+    // Sealed segments from the checkpoint on: runs from trusted index files, records
+    // (producers, versions) read again; untrusted ones scanned and indexed anew.
+    let mut i = k;
+    while i + 1 < files.len() {
+        let ((seg, path), next) = (&files[i], files[i + 1].0);
+        if let Some(ix) = sealed.get(i) {
+            index.streams.feed_sealed(*seg, &ix.stream_runs()?)?;
+            let mut bad = None;
+            recovery::scan_files(shard, &files[i..=i], &mut |recs| index.producers.note_run(recs))
+                .map_err(|e| e.to_string())
+                .and_then(|s| {
+                    if s.next_offset == next {
+                        Ok(())
+                    } else {
+                        Err(format!("{} ends at {}", path.display(), s.next_offset))
+                    }
+                })
+                .unwrap_or_else(|e| bad = Some(e));
+            if let Some(e) = bad {
+                return Err(format!("shard {shard}: reading {} again: {e}", path.display()));
+            }
+            replayed += 1;
+            i += 1;
+            continue;
+        }
+        // An untrusted sealed segment: every later index file is rebuilt too.
+        sealed.truncate(i);
+        index.streams.set_active_from(*seg);
+        let mut bad = None;
+        let Some(mut ix) = scan_sealed_with(shard, &files[i..=i], next, &mut |recs| {
+            if bad.is_none() {
+                bad = index.note_run(recs).err();
+            }
+        })?
+        else {
+            break; // not a whole sealed segment: the tail scan starts here and says why
+        };
+        if let Some(e) = bad {
+            return Err(format!("shard {shard}: the log's stream versions are inconsistent ({e}); refusing to start"));
+        }
+        (ix.runs, ix.run_bytes) = index.streams.seal(*seg, next);
+        if let Err(e) = segidx::write(dir, &ix) {
+            log::warn!("shard {shard}: {e} (the next start scans {} again)", path.display());
+        }
+        rebuilt.push(path.display().to_string());
+        sealed.push(ix);
+        i += 1;
+    }
+    sealed.truncate(i);
+    let tail_from = files.get(i).map_or(first, |f| f.0);
+    index.streams.set_active_from(tail_from);
+    if from != Some(tail_from) && !files.is_empty() {
+        // The next start finds a checkpoint here.
+        let epochs: Vec<(u32, u64)> = merged_epochs(&sealed);
+        let bytes = checkpoint::encode(tail_from, &index.streams, &index.producers.saved(), &epochs);
+        match checkpoint::write(dir, tail_from, &bytes).and_then(|_| checkpoint::remove(dir, |o| o < tail_from)) {
+            Ok(_) => log::info!("shard {shard}: checkpoint written at offset {tail_from}"),
+            Err(e) => log::warn!("shard {shard}: {e} (the next start reads more again)"),
+        }
+    }
     let mut bad = None;
-    let tail = recovery::scan_files(shard, &files[k..], &mut |recs| {
+    let tail = recovery::scan_files(shard, &files[i.min(files.len())..], &mut |recs| {
         if bad.is_none() {
             bad = index.note_run(recs).err(); // one pass: checked as it is fed
         }
@@ -93,20 +152,50 @@ pub fn open(shard: u16, dir: &Path, max_producers: usize) -> Result<Boot, String
     if let Some(e) = bad {
         return Err(format!("shard {shard}: the log's stream versions are inconsistent ({e}); refusing to start"));
     }
-    if k == 0 && !tail.segments.is_empty() && tail.first_offset() != first {
+    if sealed.is_empty() && k == 0 && !tail.segments.is_empty() && tail.first_offset() != first {
         return Err(format!(
             "shard {shard}: the log starts at {} but its index snapshot at {first}",
             tail.first_offset()
         ));
     }
-    let mut sealed = sealed;
-    sealed.truncate(k);
-    Ok(Boot { index, sealed, tail, rebuilt, checkpoint: at })
+    Ok(Boot { index, sealed, tail, rebuilt, checkpoint: from, replayed })
 }
 
-/// The derived state at the log's first segment: empty, or the trim's index snapshot.
+/// The derived state of a shard directory as it is on disk now (a follower's log was cut
+/// back at a rejoin: the state is rebuilt as a start would).
+pub fn derive(shard: u16, dir: &Path, max_producers: usize) -> Result<LogIndex, String> {
+    open(shard, dir, max_producers).map(|b| b.index)
+}
+
+fn restore(saved: &[crate::producers::Saved], max: usize) -> Result<crate::producers::Producers, String> {
+    let mut t = crate::producers::Producers::new(max);
+    for p in saved {
+        t.restore(p.clone())?;
+    }
+    Ok(t)
+}
+
+/// The derived state at the log's first segment: empty, or the trim's index snapshot
+/// (versions only: no event of it is held).
 fn trim_state(dir: &Path, max_producers: usize) -> Result<LogIndex, String> {
-    Ok(snapshot::apply(dir, snapshot::plan(dir)?, max_producers)?.0)
+    let (snap, _) = snapshot::apply(dir, snapshot::plan(dir)?, max_producers)?;
+    let mut ix = LogIndex::new(max_producers);
+    for (name, next) in snap.streams.next_versions() {
+        ix.streams.restore(name, next);
+    }
+    ix.producers = snap.producers;
+    Ok(ix)
+}
+
+/// The epoch history the index files of `sealed` describe.
+fn merged_epochs(sealed: &[SegIdx]) -> Vec<(u32, u64)> {
+    let mut epochs: Vec<(u32, u64)> = Vec::new();
+    for &(e, o) in sealed.iter().flat_map(|s| &s.epochs) {
+        if epochs.last().map(|l| l.0) != Some(e) {
+            epochs.push((e, o));
+        }
+    }
+    epochs
 }
 
 /// Index files of segments that are gone, and checkpoints no segment starts at or below
@@ -133,15 +222,10 @@ fn remove_stale(dir: &Path, files: &[(u64, PathBuf)], first: u64) -> Result<(), 
     Ok(())
 }
 
-/// The sealed segments (every one but the last) that a start may trust, from the first
-/// on: each by its index file, or by a scan of it alone that finds it whole (its index
-/// is then written back). Stops at the first that is neither.
-fn trust_sealed(
-    shard: u16,
-    dir: &Path,
-    files: &[(u64, PathBuf)],
-    rebuilt: &mut Vec<String>,
-) -> Result<Vec<SegIdx>, String> {
+/// The sealed segments (every one but the last) a start trusts, from the first on: each
+/// by its index file. Stops at the first whose file is missing or does not check out,
+/// saying why.
+fn trust_sealed(shard: u16, dir: &Path, files: &[(u64, PathBuf)]) -> Result<Vec<SegIdx>, String> {
     let mut out = Vec::new();
     for i in 0..files.len().saturating_sub(1) {
         let ((first, path), next) = (&files[i], files[i + 1].0);
@@ -156,24 +240,30 @@ fn trust_sealed(
             Ok(None) => "no index file".to_string(),
             Err(e) => e,
         };
-        let Some(ix) = scan_sealed(shard, &files[i..=i], next)? else {
-            break; // not a whole sealed segment: the tail scan starts here and says why
-        };
-        if let Err(e) = segidx::write(dir, &ix) {
-            log::warn!("shard {shard}: {e} (the next start scans {} again)", path.display());
-        }
-        rebuilt.push(format!("{} ({why})", path.display()));
-        out.push(ix);
+        log::info!(
+            "shard {shard}: {} is not trusted ({why}): it and the {} segment(s) after it are scanned",
+            path.display(),
+            files.len() - 1 - i
+        );
+        break;
     }
     Ok(out)
 }
 
-/// A scan of one sealed segment on its own: its index when it holds batches back to back
-/// up to `next` and nothing after them (a torn tail, damage or anything else: None).
+/// A scan of one sealed segment on its own: its index (without stream runs) when it
+/// holds batches back to back up to `next` and nothing after them (a torn tail, damage
+/// or anything else: None).
 pub fn scan_sealed(shard: u16, file: &[(u64, PathBuf)], next: u64) -> Result<Option<SegIdx>, String> {
-    let mut runs = StreamRuns::default();
-    let first = file[0].0;
-    let scan = match recovery::scan_files(shard, file, &mut |recs| runs.note(first, recs)) {
+    scan_sealed_with(shard, file, next, &mut |_| {})
+}
+
+fn scan_sealed_with(
+    shard: u16,
+    file: &[(u64, PathBuf)],
+    next: u64,
+    visit: &mut dyn FnMut(&[u8]),
+) -> Result<Option<SegIdx>, String> {
+    let scan = match recovery::scan_files(shard, file, visit) {
         Ok(s) => s,
         Err(recovery::ScanError::Corrupt { .. }) => return Ok(None),
         Err(e) => return Err(e.to_string()),
@@ -181,91 +271,31 @@ pub fn scan_sealed(shard: u16, file: &[(u64, PathBuf)], next: u64) -> Result<Opt
     if scan.torn.is_some() || scan.damage.is_some() || scan.next_offset != next || scan.segments.len() != 1 {
         return Ok(None);
     }
-    SegIdx::from_scan(&scan.segments[0], next, &scan.epochs, runs.finish()).map(Some)
+    SegIdx::from_scan(&scan.segments[0], next, &scan.epochs, (0, Vec::new())).map(Some)
 }
 
-/// The newest checkpoint that decodes and sits at the start of a segment all of whose
-/// predecessors are trusted: (how many sealed segments lie below it, it).
+/// The newest checkpoint that decodes, sits at the start of a segment all of whose
+/// predecessors are trusted, and agrees with their epochs: (how many sealed segments lie
+/// below it, it).
 fn pick_checkpoint(
+    shard: u16,
     dir: &Path,
     files: &[(u64, PathBuf)],
-    sealed: &[SegIdx],
-) -> Result<Option<(usize, Checkpoint)>, String> {
+    trusted: &[SegIdx],
+) -> Result<Option<(usize, checkpoint::Checkpoint)>, String> {
     for (offset, path) in checkpoint::list(dir)?.into_iter().rev() {
-        let Some(k) = files.iter().position(|(f, _)| *f == offset).filter(|k| *k <= sealed.len()) else {
+        let Some(k) = files.iter().position(|(f, _)| *f == offset).filter(|k| *k <= trusted.len()) else {
             continue;
         };
         match checkpoint::read(&path, offset) {
-            Ok(c) => return Ok(Some((k, c))),
-            Err(e) => log::warn!("{e}; trying an older checkpoint"),
+            Ok(c) if c.epochs == merged_epochs(&trusted[..k]) => return Ok(Some((k, c))),
+            Ok(c) => log::warn!(
+                "shard {shard}: checkpoint at offset {offset} has the epochs {:?}, the segment index files {:?}; not used",
+                c.epochs,
+                merged_epochs(&trusted[..k])
+            ),
+            Err(e) => log::warn!("shard {shard}: {e}; trying an older checkpoint"),
         }
     }
     Ok(None)
-}
-
-/// The derived state at a checkpoint: the stream runs of the sealed segments below it
-/// fed in order, checked against the checkpoint's stream versions and epochs; the
-/// producers' windows from the checkpoint.
-fn from_checkpoint(c: &Checkpoint, below: &[SegIdx], max_producers: usize) -> Result<LogIndex, String> {
-    let mut ix = LogIndex::new(max_producers);
-    for s in below {
-        for r in &s.streams {
-            let offsets = r.rels.iter().map(|&rel| s.first_offset + rel as u64);
-            ix.streams.feed_run(&r.name, r.first_version, offsets)?;
-        }
-    }
-    let with_events = ix.streams.len();
-    let mut matched = 0;
-    for (name, next) in &c.streams {
-        match ix.streams.current(name) {
-            Some(v) if v + 1 == *next => matched += 1,
-            Some(v) => {
-                return Err(format!("stream {name:?}: the indexes end at version {v}, the checkpoint at {}", next - 1))
-            }
-            None => ix.streams.restore(name, *next),
-        }
-    }
-    if matched != with_events {
-        return Err(format!("{} stream(s) of the segment indexes are not in the checkpoint", with_events - matched));
-    }
-    let mut epochs: Vec<(u32, u64)> = Vec::new();
-    for &(e, o) in below.iter().flat_map(|s| &s.epochs) {
-        if epochs.last().map(|l| l.0) != Some(e) {
-            epochs.push((e, o));
-        }
-    }
-    if epochs != c.epochs {
-        return Err(format!("epoch history {epochs:?} in the indexes, {:?} in the checkpoint", c.epochs));
-    }
-    for p in &c.producers {
-        ix.producers.restore(p.clone())?;
-    }
-    Ok(ix)
-}
-
-/// The stream runs of one segment, collected from its records (a rebuild's scan).
-#[derive(Default)]
-pub struct StreamRuns(std::collections::HashMap<Box<str>, StreamRun>);
-
-impl StreamRuns {
-    /// Feeds verified records of the segment starting at offset `first`.
-    pub fn note(&mut self, first: u64, records: &[u8]) {
-        let mut at = 0;
-        while at < records.len() {
-            let (offset, ext, n) = corelog_client::record::peek(&records[at..]).expect("records were verified");
-            if let Some(s) = ext.stream {
-                let rel = u32::try_from(offset - first).expect("a segment's offsets fit in u32");
-                self.0
-                    .entry(s.name.into())
-                    .or_insert_with(|| StreamRun { name: s.name.into(), first_version: s.version, rels: Vec::new() })
-                    .rels
-                    .push(rel);
-            }
-            at += n;
-        }
-    }
-
-    pub fn finish(self) -> Vec<StreamRun> {
-        self.0.into_values().collect()
-    }
 }

@@ -3,24 +3,26 @@
 //!
 //! `checkpoint-<offset:020>.ckpt` in the shard directory is written each time the
 //! writer seals a segment and starts the next at `offset` (leader and follower alike):
-//! every stream's next version, every idempotent producer's window, and the epoch
-//! history below `offset`. The stream events of the sealed segments are in their index
-//! files (`wal::segidx`); the records from `offset` on are scanned at start. Written as
+//! every stream's next version, run count and skip pointers (`streams.rs`), every
+//! idempotent producer's window, and the epoch history below `offset`. The stream events
+//! of the sealed segments are in their index files (`wal::segidx`); the records from
+//! `offset` on are scanned at start. Written as
 //! `<name>.tmp`, fsynced, renamed, the directory fsynced; the previous checkpoint is
 //! deleted only after that, so a crash at any point leaves one whole checkpoint (or the
 //! older one) behind. A checkpoint that does not decode, or disagrees with the segment
 //! indexes below it, is not used: the start scans from an older one, or from the log's
 //! first segment (format.md §10).
 //!
-//! Size: per stream its name + 9 bytes, per producer 26 bytes + 8 per remembered
-//! position, 12 bytes per epoch.
+//! Size: per stream its name + 14 bytes + 20 per pointer (≤ 2 + log2 of its runs), per
+//! producer 26 bytes + 8 per remembered position, 12 bytes per epoch.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use crate::le::{checked_body, Reader};
 use crate::producers::Saved;
-use crate::snapshot::{decode_producers, decode_streams, encode_producers, encode_streams};
+use crate::snapshot::{decode_producers, encode_producers};
+use crate::streams::Streams;
 use crate::wal::recovery::sync_dir;
 
 const MAGIC: &[u8; 8] = b"CLCKPT01";
@@ -30,74 +32,63 @@ pub fn file_name(offset: u64) -> String {
 }
 
 /// The derived state of a shard's records below `offset`.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Checkpoint {
     pub offset: u64,
-    /// (name, next version), each name once; streams with no event below `offset` left out.
-    pub streams: Vec<(Box<str>, u64)>,
+    /// Every stream with an event below `offset`: next version, runs and skip pointers
+    /// (`Streams::encode_heads`), no event offsets.
+    pub streams: Streams,
     pub producers: Vec<Saved>,
     /// (epoch, first offset written under it) below `offset`, ascending.
     pub epochs: Vec<(u32, u64)>,
 }
 
-impl Checkpoint {
-    pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(64 + self.streams.len() * 32);
-        out.extend_from_slice(MAGIC);
-        out.extend_from_slice(&self.offset.to_le_bytes());
-        let streams: Vec<(&str, u64)> = self.streams.iter().map(|(n, v)| (&**n, *v)).collect();
-        encode_streams(&streams, &mut out);
-        encode_producers(&self.producers, &mut out);
-        out.extend_from_slice(&(self.epochs.len() as u32).to_le_bytes());
-        for (e, o) in &self.epochs {
-            out.extend_from_slice(&e.to_le_bytes());
-            out.extend_from_slice(&o.to_le_bytes());
-        }
-        let crc = crc32fast::hash(&out);
-        out.extend_from_slice(&crc.to_le_bytes());
-        out
+/// A checkpoint's bytes. `streams` must stand at `offset` (its last segment starts
+/// there: `Streams::seal` ran), `producers` be the windows of the records below it.
+pub fn encode(offset: u64, streams: &Streams, producers: &[Saved], epochs: &[(u32, u64)]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(64 + streams.len() * 48);
+    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(&offset.to_le_bytes());
+    streams.encode_heads(&mut out);
+    encode_producers(producers, &mut out);
+    out.extend_from_slice(&(epochs.len() as u32).to_le_bytes());
+    for (e, o) in epochs {
+        out.extend_from_slice(&e.to_le_bytes());
+        out.extend_from_slice(&o.to_le_bytes());
     }
-
-    pub fn decode(b: &[u8]) -> Result<Checkpoint, String> {
-        let mut r = Reader(checked_body(b)?);
-        if r.take(8)? != MAGIC {
-            return Err("not a checkpoint (bad magic)".into());
-        }
-        let offset = r.u64()?;
-        let mut streams = Vec::new();
-        decode_streams(&mut r, &mut |name, next| {
-            if next == 0 {
-                return Err(format!("stream {name:?} with no event"));
-            }
-            streams.push((name.into(), next));
-            Ok(())
-        })?;
-        let producers = decode_producers(&mut r, offset)?;
-        let n = r.u32()? as usize;
-        let mut epochs = Vec::with_capacity(n.min(r.rest() / 12));
-        for _ in 0..n {
-            epochs.push((r.u32()?, r.u64()?));
-        }
-        if !epochs.windows(2).all(|w| w[0].0 < w[1].0 && w[0].1 < w[1].1)
-            || epochs.last().is_some_and(|e| e.1 >= offset)
-        {
-            return Err("epoch history out of order or not below the checkpoint".into());
-        }
-        if r.rest() > 0 {
-            return Err(format!("{} bytes after the last entry", r.rest()));
-        }
-        Ok(Checkpoint { offset, streams, producers, epochs })
-    }
+    let crc = crc32fast::hash(&out);
+    out.extend_from_slice(&crc.to_le_bytes());
+    out
 }
 
-/// Writes a checkpoint durably (blocking: call it off the executor).
-pub fn write(dir: &Path, c: &Checkpoint) -> Result<PathBuf, String> {
-    let path = dir.join(file_name(c.offset));
-    let tmp = dir.join(format!("{}.tmp", file_name(c.offset)));
-    let bytes = c.encode();
+pub fn decode(b: &[u8]) -> Result<Checkpoint, String> {
+    let mut r = Reader(checked_body(b)?);
+    if r.take(8)? != MAGIC {
+        return Err("not a checkpoint (bad magic)".into());
+    }
+    let offset = r.u64()?;
+    let streams = Streams::decode_heads(&mut r, offset)?;
+    let producers = decode_producers(&mut r, offset)?;
+    let n = r.u32()? as usize;
+    let mut epochs = Vec::with_capacity(n.min(r.rest() / 12));
+    for _ in 0..n {
+        epochs.push((r.u32()?, r.u64()?));
+    }
+    if !epochs.windows(2).all(|w| w[0].0 < w[1].0 && w[0].1 < w[1].1) || epochs.last().is_some_and(|e| e.1 >= offset) {
+        return Err("epoch history out of order or not below the checkpoint".into());
+    }
+    if r.rest() > 0 {
+        return Err(format!("{} bytes after the last entry", r.rest()));
+    }
+    Ok(Checkpoint { offset, streams, producers, epochs })
+}
+
+/// Writes a checkpoint's bytes durably (blocking: call it off the executor).
+pub fn write(dir: &Path, offset: u64, bytes: &[u8]) -> Result<PathBuf, String> {
+    let path = dir.join(file_name(offset));
+    let tmp = dir.join(format!("{}.tmp", file_name(offset)));
     let w = || -> std::io::Result<()> {
         let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(&bytes)?;
+        f.write_all(bytes)?;
         f.sync_all()?;
         std::fs::rename(&tmp, &path)
     };
@@ -126,7 +117,7 @@ pub fn list(dir: &Path) -> Result<Vec<(u64, PathBuf)>, String> {
 /// Reads and decodes a checkpoint file, checking it is the one its name says.
 pub fn read(path: &Path, offset: u64) -> Result<Checkpoint, String> {
     let b = std::fs::read(path).map_err(|e| format!("read {}: {e}", path.display()))?;
-    let c = Checkpoint::decode(&b).map_err(|e| format!("{}: {e}", path.display()))?;
+    let c = decode(&b).map_err(|e| format!("{}: {e}", path.display()))?;
     if c.offset != offset {
         return Err(format!("{}: holds offset {}, named {offset}", path.display(), c.offset));
     }
@@ -154,25 +145,33 @@ mod tests {
 
     #[test]
     fn roundtrip_and_every_flipped_byte_is_refused() {
-        let c = Checkpoint {
-            offset: 1_000,
-            streams: vec![("a".into(), 3), ("order-42".into(), 1), ("é".into(), 7)],
-            producers: vec![
-                Saved { id: 9, next_seq: 70, last_offset: 900, offsets: (837..=900).collect() },
-                Saved { id: 1, next_seq: 1, last_offset: 950, offsets: vec![950] },
-            ],
-            epochs: vec![(1, 0), (3, 500), (4, 990)],
-        };
-        let b = c.encode();
-        assert_eq!(Checkpoint::decode(&b).unwrap(), c);
+        let mut st = Streams::default();
+        st.note("a", 0, 10).unwrap();
+        st.note("order-42", 0, 20).unwrap();
+        st.note("a", 1, 30).unwrap();
+        st.seal(0, 1_000);
+        st.note("é", 0, 1_000).unwrap(); // staged past the checkpoint: not in it
+        let producers = vec![
+            Saved { id: 9, next_seq: 70, last_offset: 900, offsets: (837..=900).collect() },
+            Saved { id: 1, next_seq: 1, last_offset: 950, offsets: vec![950] },
+        ];
+        let epochs = vec![(1, 0), (3, 500), (4, 990)];
+        let b = encode(1_000, &st, &producers, &epochs);
+        let c = decode(&b).unwrap();
+        assert_eq!((c.offset, c.producers.clone(), c.epochs.clone()), (1_000, producers.clone(), epochs.clone()));
+        assert_eq!(
+            (c.streams.current("a"), c.streams.current("order-42"), c.streams.current("é")),
+            (Some(1), Some(0), None)
+        );
+        assert_eq!(c.streams.locate("a").unwrap().runs, 1);
         for i in 0..b.len() {
             let mut d = b.clone();
             d[i] ^= 0x10;
-            assert!(Checkpoint::decode(&d).is_err(), "flipped byte {i} went unnoticed");
+            assert!(decode(&d).is_err(), "flipped byte {i} went unnoticed");
         }
-        assert!(Checkpoint::decode(&b[..b.len() - 1]).is_err());
-        let mut late = c.clone();
-        late.epochs.push((5, 1_000));
-        assert!(Checkpoint::decode(&late.encode()).is_err(), "an epoch at the checkpoint's offset");
+        assert!(decode(&b[..b.len() - 1]).is_err());
+        let mut late = epochs.clone();
+        late.push((5, 1_000));
+        assert!(decode(&encode(1_000, &st, &producers, &late)).is_err(), "an epoch at the checkpoint's offset");
     }
 }

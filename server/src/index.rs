@@ -17,6 +17,12 @@ impl LogIndex {
         LogIndex { producers: Producers::new(max_producers), streams: Streams::default() }
     }
 
+    /// An index that counts stream versions without keeping where events are (a tool
+    /// that needs only versions: the trim's index snapshot, `inspect`).
+    pub fn versions_only(max_producers: usize) -> LogIndex {
+        LogIndex { producers: Producers::new(max_producers), streams: Streams::versions_only() }
+    }
+
     /// Feeds one record's extensions. A stream version out of line is an error (see
     /// `Streams::note`) and feeds nothing of the record.
     pub fn note(&mut self, offset: u64, ext: Ext<'_>) -> Result<(), String> {
@@ -59,12 +65,6 @@ impl LogIndex {
             at += n;
         }
         Ok(())
-    }
-
-    /// Retention deleted every record below `first` (the producers' positions stay:
-    /// a retry below it is still answered with its position).
-    pub fn trim_below(&mut self, first: u64) {
-        self.streams.trim_below(first);
     }
 
     /// Offsets from `from` on were handed out again.

@@ -9,8 +9,8 @@ use std::path::Path;
 
 use corelog_client::record::{self, RecordRef};
 
-use crate::boot::StreamRuns;
 use crate::control;
+use crate::streams::Streams;
 use crate::wal::recovery::{self, ScanError};
 use crate::wal::segidx;
 
@@ -40,10 +40,12 @@ pub fn run(data_dir: &Path) -> i32 {
         // The index (stream versions) must continue the snapshot's, record by record.
         let (mut index, from) = base;
         let mut bad = None;
-        let mut derived = Derived::new(&dir);
+        let mut derived = Derived::new(&dir, (from > 0).then_some(&index));
         let scanned = recovery::scan_with(id, &dir, &mut |recs| {
             let below = record::peek(recs).is_ok_and(|(o, _, _)| o < from); // an unfinished trim
-            derived.before(recs, &index);
+            if !below {
+                derived.feed(recs);
+            }
             if bad.is_none() && !below {
                 bad = index.note_run(recs).err();
             }
@@ -73,7 +75,7 @@ pub fn run(data_dir: &Path) -> i32 {
                     s.next_offset,
                     s.segments.len()
                 );
-                for line in derived.check(&s, &index) {
+                for line in derived.check(&s) {
                     println!("shard {id}: {line}");
                     if line.starts_with("INDEX MISMATCH") {
                         code = 2;
@@ -120,57 +122,88 @@ pub fn run(data_dir: &Path) -> i32 {
 }
 
 /// The files a start trusts instead of the records (sealed segments' index files, the
-/// newest checkpoint), checked against what the full scan finds: the index file a scan
-/// of each segment would write, the derived state at the checkpoint's offset.
+/// newest checkpoint), checked against what the full scan finds: the index file a start
+/// would write for each segment (its batches, digest, epochs, and the stream runs with
+/// their skip pointers as the writer makes them, `Streams::seal`), and the derived state
+/// at the checkpoint's offset. A trimmed log's runs point into deleted segments: there
+/// only the runs' events and the checkpoint's versions are compared.
 struct Derived {
     dir: std::path::PathBuf,
     /// First offsets of the segment files, ascending.
     starts: Vec<u64>,
-    /// The stream runs of each segment, as the scan feeds them.
-    runs: Vec<StreamRuns>,
+    /// The stream index as a writer of this log would hold it, sealed at each segment's end.
+    sim: Streams,
+    /// Segments sealed in `sim` so far, and the runs each got (by its index in `starts`).
+    sealed: usize,
+    runs: Vec<Option<(u32, Vec<u8>)>>,
+    /// The log was trimmed: pointers and run numbers are not comparable.
+    trimmed: bool,
     checkpoint: Option<(u64, Result<crate::checkpoint::Checkpoint, String>)>,
-    /// The streams and producers the scan's index held when it reached the checkpoint.
-    at_checkpoint: Option<crate::checkpoint::Checkpoint>,
+    /// The streams the simulation held at the checkpoint's offset.
+    at_checkpoint: Option<Vec<crate::streams::Head>>,
 }
 
 impl Derived {
-    fn new(dir: &Path) -> Derived {
+    fn new(dir: &Path, trim: Option<&crate::index::LogIndex>) -> Derived {
         let starts: Vec<u64> =
             recovery::list_segments(dir).map(|v| v.into_iter().map(|(f, _)| f).collect()).unwrap_or_default();
         let checkpoint = crate::checkpoint::list(dir)
             .ok()
             .and_then(|v| v.into_iter().next_back())
             .map(|(o, p)| (o, crate::checkpoint::read(&p, o)));
-        let runs = starts.iter().map(|_| StreamRuns::default()).collect();
-        Derived { dir: dir.to_path_buf(), starts, runs, checkpoint, at_checkpoint: None }
+        let mut sim = Streams::default();
+        if let Some(t) = trim {
+            for (n, v) in t.streams.next_versions() {
+                sim.restore(n, v);
+            }
+        }
+        sim.set_active_from(starts.first().copied().unwrap_or(0));
+        let runs = starts.iter().map(|_| None).collect();
+        Derived {
+            dir: dir.to_path_buf(),
+            starts,
+            sim,
+            sealed: 0,
+            runs,
+            trimmed: trim.is_some(),
+            checkpoint,
+            at_checkpoint: None,
+        }
     }
 
-    /// Called with each verified batch before `index` is fed it.
-    fn before(&mut self, recs: &[u8], index: &crate::index::LogIndex) {
+    /// Seals the simulated index at every segment end up to offset `at`.
+    fn seal_up_to(&mut self, at: u64) {
+        while let Some(&next) = self.starts.get(self.sealed + 1).filter(|&&n| n <= at) {
+            let seg = self.starts[self.sealed];
+            self.runs[self.sealed] = Some(self.sim.seal(seg, next));
+            self.sealed += 1;
+            if self.checkpoint.as_ref().is_some_and(|c| c.0 == next) {
+                self.at_checkpoint = Some(self.sim.heads());
+            }
+        }
+    }
+
+    /// Called with each verified batch, in offset order.
+    fn feed(&mut self, recs: &[u8]) {
         let Ok((first, _, _)) = record::peek(recs) else { return };
-        if self.checkpoint.as_ref().is_some_and(|c| c.0 == first) && self.at_checkpoint.is_none() {
-            self.before_end(index, first);
+        self.seal_up_to(first);
+        let mut at = 0;
+        while at < recs.len() {
+            let (offset, ext, n) = record::peek(&recs[at..]).expect("verified");
+            if let Some(s) = ext.stream {
+                if self.sim.note(s.name, s.version, offset).is_err() {
+                    return; // versions out of line: the scan's own check reports it
+                }
+            }
+            at += n;
         }
-        let si = self.starts.partition_point(|&s| s <= first).saturating_sub(1);
-        if let (Some(r), Some(&start)) = (self.runs.get_mut(si), self.starts.get(si)) {
-            r.note(start, recs);
-        }
-    }
-
-    /// The derived state `index` holds, which is that of the records below `at`.
-    fn before_end(&mut self, index: &crate::index::LogIndex, at: u64) {
-        let mut streams = index.streams.heads_at(at);
-        streams.sort();
-        let mut producers = index.producers.saved();
-        producers.sort_by_key(|p| p.id);
-        self.at_checkpoint = Some(crate::checkpoint::Checkpoint { offset: at, streams, producers, epochs: Vec::new() });
     }
 
     /// One line about the index files and the checkpoint: agreement, or what differs.
-    fn check(&mut self, scan: &recovery::ShardScan, index: &crate::index::LogIndex) -> Vec<String> {
-        if self.checkpoint.as_ref().is_some_and(|c| c.0 == scan.next_offset) && self.at_checkpoint.is_none() {
-            // At the log's end (a segment rolled, nothing written in it yet).
-            self.before_end(index, scan.next_offset);
+    fn check(&mut self, scan: &recovery::ShardScan) -> Vec<String> {
+        self.seal_up_to(scan.next_offset);
+        if self.checkpoint.as_ref().is_some_and(|c| c.0 == self.starts.first().copied().unwrap_or(0)) {
+            self.at_checkpoint = Some(self.sim.heads());
         }
         let mut out = Vec::new();
         let (mut agree, mut files) = (0, 0);
@@ -185,9 +218,9 @@ impl Derived {
                 }
             };
             files += 1;
-            let runs = std::mem::take(&mut self.runs[i]).finish();
+            let runs = self.runs.get_mut(i).and_then(Option::take).unwrap_or_default();
             let mismatch = match segidx::SegIdx::from_scan(seg, next, &scan.epochs, runs) {
-                Ok(want) => differs(&found, &want),
+                Ok(want) => differs(&found, &want, self.trimmed),
                 Err(e) => Some(format!("the segment does not scan whole: {e}")),
             };
             match mismatch {
@@ -202,14 +235,18 @@ impl Derived {
             (Some((o, Ok(_))), None) => {
                 line += &format!("; checkpoint at offset {o} is past the log (ignored by a start)")
             }
-            (Some((o, Ok(mut c))), Some(want)) => {
-                c.streams.sort();
-                c.producers.sort_by_key(|p| p.id);
+            (Some((o, Ok(c))), Some(want)) => {
                 let epochs: Vec<(u32, u64)> = scan.epochs.iter().copied().take_while(|e| e.1 < o).collect();
-                if c.streams != want.streams || c.producers != want.producers || c.epochs != epochs {
-                    out.push(format!("INDEX MISMATCH: checkpoint at offset {o} differs from the records below it"));
+                let got = c.streams.heads();
+                let same_streams = if self.trimmed {
+                    got.iter().map(|h| (&h.0, h.1)).eq(want.iter().map(|h| (&h.0, h.1)))
                 } else {
-                    line += &format!("; checkpoint at offset {o} agrees with the records below it");
+                    got == want
+                };
+                if !same_streams || c.epochs != epochs {
+                    out.push(format!("INDEX MISMATCH: checkpoint at offset {o} differs from the log below it"));
+                } else {
+                    line += &format!("; checkpoint at offset {o} agrees with the log below it");
                 }
             }
         }
@@ -218,12 +255,23 @@ impl Derived {
     }
 }
 
-/// What two indexes of one segment disagree on (None: nothing).
-fn differs(found: &segidx::SegIdx, want: &segidx::SegIdx) -> Option<String> {
-    let sorted = |ix: &segidx::SegIdx| {
-        let mut v = ix.streams.clone();
-        v.sort_by(|a, b| a.name.cmp(&b.name));
-        v
+/// What two indexes of one segment disagree on (None: nothing). Runs are compared by
+/// stream (their order in the file is the writer's); pointers by run, not byte position,
+/// and not at all in a trimmed log (`loose`).
+fn differs(found: &segidx::SegIdx, want: &segidx::SegIdx, loose: bool) -> Option<String> {
+    type RunKey = (Box<str>, u64, Vec<u32>, u32, Vec<u64>);
+    let runs = |ix: &segidx::SegIdx| -> Option<Vec<RunKey>> {
+        let mut v: Vec<_> = ix
+            .stream_runs()
+            .ok()?
+            .into_iter()
+            .map(|(_, r)| {
+                let (run, ptrs) = if loose { (0, Vec::new()) } else { (r.run, r.ptrs.iter().map(|p| p.seg).collect()) };
+                (r.name, r.first_version, r.rels, run, ptrs)
+            })
+            .collect();
+        v.sort();
+        Some(v)
     };
     let what = [
         ((found.first_offset, found.next_offset) != (want.first_offset, want.next_offset), "offsets"),
@@ -234,7 +282,7 @@ fn differs(found: &segidx::SegIdx, want: &segidx::SegIdx) -> Option<String> {
             "digest",
         ),
         (found.epochs != want.epochs, "epochs"),
-        (sorted(found) != sorted(want), "stream runs"),
+        (runs(found).is_none() || runs(found) != runs(want), "stream runs"),
     ];
     let bad: Vec<&str> = what.iter().filter(|(d, _)| *d).map(|(_, w)| *w).collect();
     (!bad.is_empty()).then(|| format!("its {} differ from the segment's", bad.join(", ")))
@@ -247,7 +295,7 @@ fn trim_state(dir: &Path) -> Result<(Option<String>, (crate::index::LogIndex, u6
     let Some((at, path)) = &p.snapshot else {
         let line = (!p.stale.is_empty())
             .then(|| format!("{} stale index snapshot(s), removed at the next start", p.stale.len()));
-        return Ok((line, (crate::index::LogIndex::new(usize::MAX), 0)));
+        return Ok((line, (crate::index::LogIndex::versions_only(usize::MAX), 0)));
     };
     let b = std::fs::read(path).map_err(|e| format!("read {}: {e}", path.display()))?;
     let (_, ix) = crate::snapshot::decode(&b, usize::MAX).map_err(|e| format!("{}: {e}", path.display()))?;

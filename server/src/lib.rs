@@ -33,6 +33,7 @@ pub mod seal;
 pub mod shard;
 pub mod shutdown;
 pub mod snapshot;
+pub mod streamread;
 pub mod streams;
 pub mod sync;
 pub mod wal;

@@ -118,7 +118,7 @@ async fn trim_once(shard: &Rc<Shard>, before: Option<u64>) -> Result<u64, String
     // records being deleted.
     let max = shard.with_index(|t| t.producers.max());
     let mut base = if old_first == 0 {
-        LogIndex::new(max)
+        LogIndex::versions_only(max)
     } else {
         let path = log.dir().join(snapshot::file_name(old_first));
         let b = std::fs::read(&path).map_err(|e| format!("read {}: {e}", path.display()))?;
@@ -139,7 +139,6 @@ async fn trim_once(shard: &Rc<Shard>, before: Option<u64>) -> Result<u64, String
     let d = dir.clone();
     glommio::executor().spawn_blocking(move || snapshot::write(&d, first, &bytes)).await?;
     let n = log.drop_below(first).map_err(|e| format!("deleting segments below {first}: {e}"))?;
-    shard.update_index(|t| t.trim_below(first));
     if old_first > 0 {
         let old = dir.join(snapshot::file_name(old_first));
         std::fs::remove_file(&old).map_err(|e| format!("remove {}: {e}", old.display()))?;

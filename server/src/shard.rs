@@ -521,10 +521,11 @@ impl Shard {
     }
 
     /// Changes the producers' table or the stream index and publishes their sizes.
-    pub(crate) fn update_index(&self, f: impl FnOnce(&mut LogIndex)) {
+    pub(crate) fn update_index<R>(&self, f: impl FnOnce(&mut LogIndex) -> R) -> R {
         let mut t = self.index.borrow_mut();
-        f(&mut t);
+        let r = f(&mut t);
         publish_index(&self.metrics, &t);
+        r
     }
 
     /// Reads the index (e.g. a stream's offsets for a read).
@@ -538,13 +539,20 @@ impl Shard {
     /// (the original's offset was handed out again): call `append` once more.
     /// A retry naming a stream is answered with the original's version there (none if
     /// the original was not an event of that stream).
-    pub fn answer_duplicate(&self, p: ProducerSeq, stream: Option<&str>, conn: &Rc<ConnOut>, req_id: u64) -> bool {
-        let index = self.index.borrow();
-        let Verdict::Duplicate(offset) = index.producers.check(p) else {
+    pub async fn answer_duplicate(
+        &self,
+        p: ProducerSeq,
+        stream: Option<&str>,
+        conn: &Rc<ConnOut>,
+        req_id: u64,
+    ) -> bool {
+        let Verdict::Duplicate(offset) = self.index.borrow().producers.check(p) else {
             return false;
         };
-        let version = stream.and_then(|name| index.streams.version_of(name, offset));
-        drop(index);
+        let version = match stream {
+            Some(name) => self.version_at(name, offset).await,
+            None => None,
+        };
         self.metrics.duplicates.increment(1);
         conn.inflight.set(conn.inflight.get() + 1);
         if offset < self.committed() {
@@ -554,6 +562,18 @@ impl Shard {
             self.dups.borrow_mut().push(d);
         }
         true
+    }
+
+    /// The version of `name`'s event at `offset`: from memory in the last segment, else
+    /// from the record itself (its stream extension). None: no such event there.
+    async fn version_at(&self, name: &str, offset: u64) -> Option<u64> {
+        if offset >= self.log.last_segment_first() {
+            let l = self.with_index(|t| t.streams.locate(name))?;
+            return l.active.binary_search(&offset).ok().map(|i| l.active_from() + i as u64);
+        }
+        let (recs, n) = self.log.read(offset, offset + 1, 1).await.ok()?;
+        let (at, ext, _) = record::peek(&recs).ok().filter(|_| n == 1)?;
+        ext.stream.filter(|s| at == offset && s.name == name).map(|s| s.version)
     }
 
     /// Waits until an append of `len` encoded bytes fits under the bounds. Errors when
@@ -635,8 +655,8 @@ impl Shard {
             crate::seal::before_cut(self, offset).await?;
         }
         let end = self.log.truncate(offset).await?;
-        self.update_index(|t| t.forget_from(end));
         if cut {
+            // The derived state of what is left, read back as a start would.
             crate::seal::after_cut(self, end).await?;
         }
         self.next_assign.set(end);

@@ -9,59 +9,145 @@
 //! one expected version exactly one gets it.
 //!
 //! Like the producers' table this index is derived from the log alone, in offset order:
-//! rebuilt by the boot scan, fed on a follower as batches arrive and on a leader as
-//! appends are given offsets, rolled back where offsets are handed out again
-//! ([`Streams::forget_from`]). Leader and follower hold the same index.
+//! fed on a follower as batches arrive and on a leader as appends are given offsets,
+//! rolled back where offsets are handed out again ([`Streams::forget_from`]). Leader and
+//! follower hold the same versions.
 //!
-//! Retention (`Streams::trim_below`) drops the offsets of deleted events: a stream
-//! then starts at a base version (its first event still held); versions keep counting
-//! from where they were. A stream whose every event was deleted keeps its name and next
-//! version. The state at a trim point is saved in the index snapshot (`snapshot.rs`).
+//! **Memory does not grow with the log.** Per stream this index holds its next version,
+//! the offsets of its events in the log's last segment (the one being written), and a few
+//! pointers to its runs in sealed segments. When a segment is sealed, each stream's events
+//! in it become one *run* in the segment's index file (`wal::segidx`), and the offsets
+//! leave memory. A run's entry carries skip pointers: `ptrs[j]` is the newest earlier run
+//! of the stream whose number is a multiple of 2^j. Memory keeps, per stream, the newest
+//! run at each level (`levels`) and its first run, so the run holding any version is
+//! found by walking down the levels, a few entry reads per level (`streamread.rs`):
+//! O(log runs) reads, the runs of a stream being at most the segments it has events in.
 //!
-//! Memory: per stream `STREAM_BYTES` + its name; per event held its offset (8 bytes, up
-//! to 16 while a stream's vector has spare capacity). Reported by
-//! `corelog_stream_index_bytes`.
+//! Retention deletes whole segments and their runs; the first version still held is found
+//! when asked (`streamread.rs`), not kept up to date here. The index at a segment's start
+//! is saved in each checkpoint (`checkpoint.rs`): next version, run count, first run and
+//! levels per stream.
+//!
+//! Memory: per stream `STREAM_BYTES` + its name + 24 bytes per level (≤ log2 of its runs
+//! + 1), + 8 per event in the last segment. Reported by `corelog_stream_index_bytes`.
 
 use std::collections::HashMap;
 
 use corelog_client::codec::Expect;
 
-/// Approximate bytes per stream besides its name and offsets: the hash slot, the boxed
-/// name's and the vector's headers, allocator overhead.
-pub const STREAM_BYTES: usize = 96;
+use crate::le::Reader;
+use crate::wal::segidx::{self, RunRef};
 
-#[derive(Default)]
+/// Approximate bytes per stream besides its name, levels and last-segment offsets: the
+/// hash slot, the boxed name's and the vectors' headers, the fields, allocator overhead.
+pub const STREAM_BYTES: usize = 128;
+
+#[derive(Default, Clone, Debug, PartialEq, Eq)]
 struct Entry {
-    /// Version of the first event held (events below it were deleted by retention).
-    base: u64,
-    /// Offsets of the events held: version `base + i` is at index i.
-    offsets: Vec<u64>,
+    /// The version its next event gets.
+    next: u64,
+    /// Offsets of its events at or above the last segment's first offset (`active_from`):
+    /// versions `next - active.len()..next`.
+    active: Vec<u64>,
+    /// Runs in sealed segments so far (the next one gets this number).
+    runs: u32,
+    /// Its first run (number 0), once it has one.
+    first: Option<RunRef>,
+    /// `levels[j]`: its newest run whose number is a multiple of 2^j; levels above the
+    /// last are its first run.
+    levels: Vec<RunRef>,
 }
 
 impl Entry {
-    fn next(&self) -> u64 {
-        self.base + self.offsets.len() as u64
+    fn level(&self, j: usize) -> Option<RunRef> {
+        self.levels.get(j).copied().or(self.first)
+    }
+
+    /// The skip pointers a new run gets: the newest earlier run at each level.
+    fn pointers(&self) -> Vec<RunRef> {
+        if self.runs == 0 {
+            return Vec::new();
+        }
+        let n = (32 - self.runs.leading_zeros()) as usize; // levels 0..=log2(runs)
+        (0..n).filter_map(|j| self.level(j)).collect()
+    }
+
+    /// Takes a new sealed run as the newest (its number is `self.runs`).
+    fn push_run(&mut self, r: RunRef) {
+        let n = self.runs;
+        if n == 0 {
+            self.first = Some(r);
+            self.levels = vec![r];
+        } else {
+            for j in 0..=n.trailing_zeros() as usize {
+                match self.levels.get_mut(j) {
+                    Some(l) => *l = r,
+                    None => self.levels.push(r),
+                }
+            }
+        }
+        self.runs = n + 1;
+    }
+}
+
+/// A stream at a segment's start, without byte positions: name, next version, runs,
+/// first run and levels as (segment, first version).
+pub type Head = (Box<str>, u64, u32, Vec<(u64, u64)>);
+
+/// What a read of one stream needs from memory (`streamread.rs`): copied out, so that the
+/// reads of its runs on disk hold no borrow.
+#[derive(Clone, Debug)]
+pub struct Located {
+    pub next: u64,
+    /// Offsets of its events in the last segment, from version `next - active.len()`.
+    pub active: Vec<u64>,
+    pub first: Option<RunRef>,
+    pub levels: Vec<RunRef>,
+    pub runs: u32,
+}
+
+impl Located {
+    /// Version of the first event in the last segment.
+    pub fn active_from(&self) -> u64 {
+        self.next - self.active.len() as u64
+    }
+
+    /// The pointer at level `j` from the top (memory's view): the newest run whose number
+    /// is a multiple of 2^j.
+    pub fn level(&self, j: usize) -> Option<RunRef> {
+        self.levels.get(j).copied().or(self.first)
+    }
+
+    /// Levels worth walking: up to log2 of its runs.
+    pub fn height(&self) -> usize {
+        (32 - self.runs.leading_zeros()) as usize
     }
 }
 
 #[derive(Default)]
 pub struct Streams {
     map: HashMap<Box<str>, Entry>,
-    /// Sum of the offset vectors' capacities.
-    slots: usize,
+    /// First offset of the log's last segment: the events below it are in the sealed
+    /// segments' index files.
+    active_from: u64,
+    /// Whether events' offsets are kept at all (a tool that needs only versions — the
+    /// trim's index snapshot, `inspect` — keeps none).
+    versions_only: bool,
+    /// Sum of the offset vectors' and level vectors' capacities (8 and 24 bytes).
+    active_slots: usize,
+    level_slots: usize,
     name_bytes: usize,
-    events: usize,
 }
 
 impl Streams {
-    /// The stream's current version (its last event's), `None` when it has none.
-    pub fn current(&self, name: &str) -> Option<u64> {
-        self.map.get(name).and_then(|e| e.next().checked_sub(1))
+    /// An index that counts versions and keeps no offsets or runs.
+    pub fn versions_only() -> Streams {
+        Streams { versions_only: true, ..Streams::default() }
     }
 
-    /// The stream's first version still held (0 unless retention deleted some).
-    pub fn first_version(&self, name: &str) -> u64 {
-        self.map.get(name).map_or(0, |e| e.base)
+    /// The stream's current version (its last event's), `None` when it has none.
+    pub fn current(&self, name: &str) -> Option<u64> {
+        self.map.get(name).and_then(|e| e.next.checked_sub(1))
     }
 
     /// The version an append expecting `expect` gets, or the stream's current version
@@ -75,159 +161,224 @@ impl Streams {
         }
     }
 
-    /// Records that version `version` of `name` is at `offset`. Versions come in order:
-    /// every node sees a stream's events in offset order, and an offset handed out again
-    /// was taken back with `forget_from` first; a version out of line (a log that
-    /// disagrees with itself) is an error and changes nothing.
+    /// Records that version `version` of `name` is at `offset` (in the last segment).
+    /// Versions come in order: every node sees a stream's events in offset order, and an
+    /// offset handed out again was taken back with `forget_from` first; a version out of
+    /// line (a log that disagrees with itself) is an error and changes nothing.
     pub fn note(&mut self, name: &str, version: u64, offset: u64) -> Result<(), String> {
-        let next = self.map.get(name).map_or(0, Entry::next);
+        let next = self.map.get(name).map_or(0, |e| e.next);
         if version != next {
             return Err(out_of_line(offset, version, name, next));
         }
-        let v = match self.map.get_mut(name) {
-            Some(e) => &mut e.offsets,
-            None => {
-                self.name_bytes += name.len();
-                &mut self.map.entry(name.into()).or_default().offsets
-            }
-        };
-        assert!(v.last().is_none_or(|&l| l < offset), "stream {name:?}: offsets must grow");
-        let cap = v.capacity();
-        v.push(offset);
-        self.slots += v.capacity() - cap;
-        self.events += 1;
-        Ok(())
-    }
-
-    /// Feeds a stream's events read from a segment index: versions `first_version..` at
-    /// `offsets` (ascending, above every offset fed before). A stream met for the first
-    /// time starts at `first_version` (its earlier events were deleted by retention);
-    /// otherwise `first_version` must be its next version.
-    pub fn feed_run(
-        &mut self,
-        name: &str,
-        first_version: u64,
-        offsets: impl Iterator<Item = u64>,
-    ) -> Result<(), String> {
         if !self.map.contains_key(name) {
             self.name_bytes += name.len();
-            self.map.insert(name.into(), Entry { base: first_version, offsets: Vec::new() });
+            self.map.insert(name.into(), Entry::default());
         }
         let e = self.map.get_mut(name).expect("inserted above");
-        if e.next() != first_version {
-            return Err(format!(
-                "stream {name:?}: a segment index starts it at version {first_version}, expected {}",
-                e.next()
-            ));
+        e.next += 1;
+        if !self.versions_only {
+            assert!(offset >= self.active_from, "stream {name:?}: event at {offset} below the last segment");
+            assert!(e.active.last().is_none_or(|&l| l < offset), "stream {name:?}: offsets must grow");
+            let cap = e.active.capacity();
+            e.active.push(offset);
+            self.active_slots += e.active.capacity() - cap;
         }
-        let cap = e.offsets.capacity();
-        for o in offsets {
-            if e.offsets.last().is_some_and(|&l| l >= o) {
-                return Err(format!("stream {name:?}: offsets out of order at {o}"));
-            }
-            e.offsets.push(o);
-            self.events += 1;
-        }
-        self.slots += e.offsets.capacity() - cap;
         Ok(())
     }
 
-    /// Every stream's next version as it stood below `offset` (leaving out streams with
-    /// no event there): a checkpoint's. Visits every stream.
-    pub fn heads_at(&self, offset: u64) -> Vec<(Box<str>, u64)> {
-        self.map
-            .iter()
-            .map(|(n, e)| (n.clone(), e.base + e.offsets.partition_point(|&o| o < offset) as u64))
-            .filter(|(_, next)| *next > 0)
-            .collect()
-    }
-
-    /// The events at offsets `first..next` (a segment's), one run per stream: what the
-    /// segment's index file holds. Visits every stream.
-    pub fn runs_between(&self, first: u64, next: u64) -> Vec<crate::wal::segidx::StreamRun> {
-        let mut out = Vec::new();
-        for (n, e) in &self.map {
-            let lo = e.offsets.partition_point(|&o| o < first);
-            let hi = e.offsets.partition_point(|&o| o < next);
-            if lo < hi {
-                out.push(crate::wal::segidx::StreamRun {
-                    name: n.clone(),
-                    first_version: e.base + lo as u64,
-                    rels: e.offsets[lo..hi].iter().map(|&o| (o - first) as u32).collect(),
-                });
-            }
-        }
-        out
-    }
-
-    /// Offsets from `from` on were handed out again: forget every event there. Visits
-    /// every stream (rare: a leader's staged appends dropped, a follower's log cut).
-    /// Never below a trim point: what retention deleted was committed.
+    /// Offsets from `from` on were handed out again: forget every event there. `from` is
+    /// in the last segment (a cut into sealed segments rebuilds the index instead, `seal`).
+    /// Visits every stream (rare: a leader's staged appends dropped, a follower's log cut).
     pub fn forget_from(&mut self, from: u64) {
-        let (mut dropped, mut names) = (0, 0);
+        assert!(self.versions_only || from >= self.active_from, "a cut below the last segment rebuilds the index");
+        let mut names = 0;
         self.map.retain(|name, e| {
-            let keep = e.offsets.partition_point(|&o| o < from);
-            dropped += e.offsets.len() - keep;
-            e.offsets.truncate(keep);
-            let gone = e.next() == 0;
+            let keep = e.active.partition_point(|&o| o < from);
+            e.next -= (e.active.len() - keep) as u64;
+            e.active.truncate(keep);
+            let gone = e.next == 0;
             if gone {
                 names += name.len();
             }
             !gone
         });
-        self.events -= dropped;
         self.name_bytes -= names;
-        self.slots = self.map.values().map(|e| e.offsets.capacity()).sum();
+        self.recount();
     }
 
-    /// Retention deleted every event below offset `first`: forget their offsets (their
-    /// versions stay counted). Visits every stream (once per trim).
-    pub fn trim_below(&mut self, first: u64) {
-        let mut dropped = 0;
-        for e in self.map.values_mut() {
-            let n = e.offsets.partition_point(|&o| o < first);
-            if n > 0 {
-                e.offsets.drain(..n);
-                e.base += n as u64;
-                dropped += n;
-                if e.offsets.len() < e.offsets.capacity() / 2 {
-                    e.offsets.shrink_to_fit();
-                }
+    fn recount(&mut self) {
+        self.active_slots = self.map.values().map(|e| e.active.capacity()).sum();
+        self.level_slots = self.map.values().map(|e| e.levels.capacity()).sum();
+    }
+
+    /// A segment `seg..next` is sealed: each stream's events in it (all below `next` in
+    /// memory) become one run, encoded as the segment index file's run entries with the
+    /// stream's skip pointers (`segidx::encode_run`), and leave memory. Returns (runs,
+    /// their bytes) for the file. Events at or above `next` (staged for the next segment)
+    /// stay. Visits every stream with events in memory.
+    pub fn seal(&mut self, seg: u64, next: u64) -> (u32, Vec<u8>) {
+        assert!(seg >= self.active_from && next >= seg);
+        let (mut runs, mut out) = (0u32, Vec::new());
+        for (name, e) in self.map.iter_mut() {
+            let n = e.active.partition_point(|&o| o < next);
+            if n == 0 {
+                continue;
             }
+            let first_version = e.next - e.active.len() as u64;
+            let rels: Vec<u32> = e.active[..n].iter().map(|&o| (o - seg) as u32).collect();
+            let pos = segidx::RUNS_AT + 4 + out.len();
+            segidx::encode_run(&mut out, name, e.runs, first_version, &e.pointers(), &rels);
+            e.push_run(RunRef { seg, pos: pos as u32, first_version });
+            e.active.drain(..n);
+            runs += 1;
         }
-        self.events -= dropped;
-        self.slots = self.map.values().map(|e| e.offsets.capacity()).sum();
+        self.active_from = next;
+        self.recount();
+        (runs, out)
     }
 
-    /// Every stream and its next version (for the index snapshot).
+    /// Takes the runs of a sealed segment's index file (`seg`, from a start that trusts
+    /// it), as `seal` would have made them: the runs must continue the streams' versions
+    /// and run numbers (the segments are fed in order, after a checkpoint).
+    pub fn feed_sealed(&mut self, seg: u64, runs: &[(u32, segidx::Run)]) -> Result<(), String> {
+        for (pos, r) in runs {
+            if !self.map.contains_key(&*r.name) {
+                self.name_bytes += r.name.len();
+                self.map.insert(r.name.clone(), Entry::default());
+            }
+            let e = self.map.get_mut(&*r.name).expect("inserted above");
+            // A stream whose earlier runs retention deleted (known from the trim's index
+            // snapshot, or not at all) takes the run's number and pointers as they are.
+            let adopt = e.runs == 0 && e.first.is_none() && r.run > 0;
+            if adopt {
+                e.runs = r.run;
+                e.levels = r.ptrs.clone();
+            }
+            let in_line = e.active.is_empty() && e.runs == r.run && e.next == r.first_version;
+            if !in_line || (!adopt && r.ptrs != e.pointers()) {
+                return Err(format!(
+                    "stream {:?}: run {} from version {} does not follow its {} run(s) ending before version {}",
+                    r.name, r.run, r.first_version, e.runs, e.next
+                ));
+            }
+            e.next = r.first_version + r.count as u64;
+            e.push_run(RunRef { seg, pos: *pos, first_version: r.first_version });
+        }
+        self.recount();
+        Ok(())
+    }
+
+    /// Where the events below the next segment end: the start of the last segment.
+    pub fn set_active_from(&mut self, offset: u64) {
+        self.active_from = offset;
+    }
+
+    /// What a read of `name` needs (None: no such stream).
+    pub fn locate(&self, name: &str) -> Option<Located> {
+        self.map.get(name).map(|e| Located {
+            next: e.next,
+            active: e.active.clone(),
+            first: e.first,
+            levels: e.levels.clone(),
+            runs: e.runs,
+        })
+    }
+
+    /// Every stream and its next version (for the trim's index snapshot).
     pub fn next_versions(&self) -> impl Iterator<Item = (&str, u64)> {
-        self.map.iter().map(|(n, e)| (&**n, e.next()))
+        self.map.iter().map(|(n, e)| (&**n, e.next))
     }
 
-    /// A stream known from an index snapshot: no event held, `next` versions counted.
+    /// A stream known from an index snapshot: `next` versions counted, none held.
     pub fn restore(&mut self, name: &str, next: u64) {
         if next == 0 {
             return;
         }
-        if self.map.insert(name.into(), Entry { base: next, offsets: Vec::new() }).is_none() {
+        if self.map.insert(name.into(), Entry { next, ..Entry::default() }).is_none() {
             self.name_bytes += name.len();
         }
     }
 
-    /// Offsets of `name`'s events from version `from`, below offset `end` (the committed
-    /// end), at most `max`; and the number of its events below `end`.
-    pub fn offsets(&self, name: &str, from: u64, end: u64, max: usize) -> (&[u64], u64) {
-        let Some(e) = self.map.get(name) else { return (&[], 0) };
-        let v = &e.offsets;
-        let below = v.partition_point(|&o| o < end);
-        let start = (from.saturating_sub(e.base).min(below as u64)) as usize;
-        (&v[start..below.min(start + max)], e.base + below as u64)
+    /// The index as it stood at the last segment's start (`active_from`), for a
+    /// checkpoint: every stream with an event below it, its next version there, runs,
+    /// first run and levels. Visits every stream.
+    pub fn encode_heads(&self, out: &mut Vec<u8>) -> u64 {
+        let mut n = 0u64;
+        let count_at = out.len();
+        out.extend_from_slice(&0u64.to_le_bytes());
+        for (name, e) in &self.map {
+            let next = e.next - e.active.len() as u64;
+            if next == 0 {
+                continue;
+            }
+            out.push(name.len() as u8);
+            out.extend_from_slice(name.as_bytes());
+            out.extend_from_slice(&next.to_le_bytes());
+            out.extend_from_slice(&e.runs.to_le_bytes());
+            let refs: Vec<RunRef> = e.first.into_iter().chain(e.levels.iter().copied()).collect();
+            out.push(refs.len() as u8);
+            for r in refs {
+                out.extend_from_slice(&r.seg.to_le_bytes());
+                out.extend_from_slice(&r.pos.to_le_bytes());
+                out.extend_from_slice(&r.first_version.to_le_bytes());
+            }
+            n += 1;
+        }
+        out[count_at..count_at + 8].copy_from_slice(&n.to_le_bytes());
+        n
     }
 
-    /// The version of `name`'s event at `offset`, if it has one there.
-    pub fn version_of(&self, name: &str, offset: u64) -> Option<u64> {
-        let e = self.map.get(name)?;
-        e.offsets.binary_search(&offset).ok().map(|i| e.base + i as u64)
+    /// Decodes what `encode_heads` wrote into an empty index whose last segment starts at
+    /// `active_from`.
+    pub fn decode_heads(r: &mut Reader<'_>, active_from: u64) -> Result<Streams, String> {
+        let mut s = Streams { active_from, ..Streams::default() };
+        for _ in 0..r.u64()? {
+            let len = r.u8()? as usize;
+            let name = std::str::from_utf8(r.take(len)?).map_err(|_| "a stream name is not UTF-8")?;
+            let (next, runs) = (r.u64()?, r.u32()?);
+            let nrefs = r.u8()? as usize;
+            let mut refs = Vec::with_capacity(nrefs);
+            for _ in 0..nrefs {
+                refs.push(RunRef { seg: r.u64()?, pos: r.u32()?, first_version: r.u64()? });
+            }
+            let levels_ok = match (runs, refs.len()) {
+                (0, 0) => true,
+                (0, _) | (_, 0) => false,
+                (n, k) => k - 1 <= (32 - n.leading_zeros()) as usize && refs.iter().all(|r| r.first_version < next),
+            };
+            if name.is_empty() || next == 0 || !levels_ok || refs.iter().any(|r| r.seg >= active_from) {
+                return Err(format!(
+                    "stream {name:?}: runs {runs}, {nrefs} pointer(s) do not fit a checkpoint at {active_from}"
+                ));
+            }
+            let (first, levels) = match refs.split_first() {
+                Some((f, l)) => (Some(*f), l.to_vec()),
+                None => (None, Vec::new()),
+            };
+            if s.map.insert(name.into(), Entry { next, active: Vec::new(), runs, first, levels }).is_some() {
+                return Err(format!("stream {name:?} twice"));
+            }
+            s.name_bytes += name.len();
+        }
+        s.recount();
+        Ok(s)
+    }
+
+    /// Each stream as it stood at the last segment's start, without byte positions
+    /// (name, next version, runs, first run and levels as (segment, first version)),
+    /// sorted: what `inspect` compares a checkpoint with.
+    pub fn heads(&self) -> Vec<Head> {
+        let mut v: Vec<_> = self
+            .map
+            .iter()
+            .map(|(n, e)| {
+                let refs = e.first.iter().chain(&e.levels).map(|r| (r.seg, r.first_version)).collect();
+                (n.clone(), e.next - e.active.len() as u64, e.runs, refs)
+            })
+            .filter(|h| h.1 > 0)
+            .collect();
+        v.sort();
+        v
     }
 
     pub fn len(&self) -> usize {
@@ -238,13 +389,20 @@ impl Streams {
         self.map.is_empty()
     }
 
+    /// Events held in memory (those of the last segment).
     pub fn events(&self) -> usize {
-        self.events
+        self.map.values().map(|e| e.active.len()).sum()
     }
 
     /// Approximate memory held (see the module docs).
     pub fn bytes(&self) -> usize {
-        self.map.len() * STREAM_BYTES + self.name_bytes + self.slots * 8
+        self.map.len() * STREAM_BYTES + self.name_bytes + self.active_slots * 8 + self.level_slots * 24
+    }
+
+    /// Two indexes hold the same streams, versions, runs and levels (a start's, checked
+    /// against another way of building it).
+    pub fn same_as(&self, other: &Streams) -> bool {
+        self.map == other.map
     }
 }
 
@@ -258,7 +416,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn versions_expectations_and_reads() {
+    fn versions_and_expectations() {
         let mut s = Streams::default();
         assert_eq!(s.check("a", Expect::Exact(0)), Err(None));
         assert_eq!(s.check("a", Expect::NoStream), Ok(0));
@@ -269,15 +427,11 @@ mod tests {
         assert_eq!(s.check("a", Expect::Exact(0)), Err(Some(1)));
         assert_eq!(s.check("a", Expect::Exact(1)), Ok(2));
         assert_eq!(s.check("a", Expect::Any), Ok(2));
-        assert_eq!(s.offsets("a", 0, 100, 10), (&[10u64, 12][..], 2));
-        assert_eq!(s.offsets("a", 1, 100, 10), (&[12u64][..], 2));
-        assert_eq!(s.offsets("a", 0, 12, 10), (&[10u64][..], 1), "not above the committed end");
-        assert_eq!(s.offsets("a", 5, 100, 10), (&[][..], 2));
-        assert_eq!(s.offsets("a", 0, 100, 1), (&[10u64][..], 2));
-        assert_eq!(s.version_of("a", 12), Some(1));
-        assert_eq!(s.version_of("a", 11), None);
+        assert_eq!(s.locate("a").unwrap().active, vec![10, 12]);
         assert_eq!((s.len(), s.events()), (2, 3));
         assert!(s.bytes() >= 2 * STREAM_BYTES + 2 + 3 * 8);
+        let e = s.note("a", 5, 13).unwrap_err();
+        assert!(e.contains("record 13 is version 5 of stream \"a\", whose next version here is 2"), "{e}");
     }
 
     #[test]
@@ -295,41 +449,61 @@ mod tests {
         assert_eq!(s.current("a"), Some(1));
     }
 
+    /// Sealing moves the events into run entries whose pointers are the skip list's, and
+    /// feeding those entries to a fresh index (a start) gives the same index.
     #[test]
-    fn trimmed_streams_keep_counting_versions() {
+    fn seal_makes_runs_with_skip_pointers_that_a_start_takes_back() {
         let mut s = Streams::default();
-        for (v, o) in [(0, 1), (1, 5), (2, 9)] {
-            s.note("a", v, o).unwrap();
+        let mut files: Vec<(u64, u32, Vec<u8>)> = Vec::new();
+        let mut offset = 0u64;
+        for seg_no in 0..40u64 {
+            let seg = seg_no * 100;
+            s.set_active_from(seg);
+            offset = offset.max(seg);
+            for _ in 0..3 {
+                let next = s.current("a").map_or(0, |c| c + 1);
+                s.note("a", next, offset).unwrap();
+                offset += 1;
+            }
+            if seg_no % 3 == 0 {
+                let next = s.current("b").map_or(0, |c| c + 1);
+                s.note("b", next, offset).unwrap();
+                offset += 1;
+            }
+            let (n, bytes) = s.seal(seg, seg + 100);
+            files.push((seg, n, bytes));
         }
-        s.note("b", 0, 2).unwrap();
-        s.trim_below(6);
-        assert_eq!((s.first_version("a"), s.current("a")), (2, Some(2)));
-        assert_eq!((s.first_version("b"), s.current("b")), (1, Some(0)), "b: no event held, version kept");
-        assert_eq!(s.offsets("a", 0, 100, 10), (&[9u64][..], 3));
-        assert_eq!(s.offsets("a", 2, 100, 10), (&[9u64][..], 3));
-        assert_eq!(s.version_of("a", 9), Some(2));
-        assert_eq!(s.events(), 1);
-        assert!(s.note("a", 2, 10).is_err());
-        s.note("a", 3, 10).unwrap();
-        s.note("b", 1, 11).unwrap();
-        // A cut above the trim point keeps the bases; a stream with nothing held stays.
-        s.forget_from(10);
-        assert_eq!((s.current("a"), s.current("b")), (Some(2), Some(0)));
-        let mut r = Streams::default();
-        for (n, v) in s.next_versions() {
-            r.restore(n, v);
+        let a = s.locate("a").unwrap();
+        assert_eq!((a.next, a.runs, a.active.len()), (120, 40, 0));
+        // levels[j] is the newest run whose number is a multiple of 2^j: 39, 38, 36, 32, 32, 32.
+        let runs_of = |r: RunRef| r.seg / 100;
+        let want = [39u64, 38, 36, 32, 32, 32];
+        assert_eq!(a.levels.iter().map(|r| runs_of(*r)).collect::<Vec<_>>(), want);
+        assert_eq!(a.first.map(runs_of), Some(0));
+        // A start feeding the same entries ends with the same index.
+        let mut t = Streams::default();
+        for (seg, n, bytes) in &files {
+            let ix = segidx::SegIdx {
+                first_offset: *seg,
+                next_offset: seg + 100,
+                end_pos: 0,
+                digest: 0,
+                last_crc: 0,
+                last_records_len: 0,
+                epochs: vec![],
+                batches: Default::default(),
+                runs: *n,
+                run_bytes: bytes.clone(),
+            };
+            t.feed_sealed(*seg, &ix.stream_runs().unwrap()).unwrap();
         }
-        assert_eq!((r.current("a"), r.first_version("a"), r.current("b")), (Some(2), 3, Some(0)));
-        assert_eq!(r.check("a", Expect::Exact(2)), Ok(3));
-        r.note("a", 3, 20).unwrap();
-        assert_eq!(r.offsets("a", 0, 100, 10), (&[20u64][..], 4));
-    }
-
-    #[test]
-    fn a_version_out_of_line_is_refused_and_changes_nothing() {
-        let mut s = Streams::default();
-        let e = s.note("a", 1, 0).unwrap_err();
-        assert!(e.contains("record 0 is version 1 of stream \"a\", whose next version here is 0"), "{e}");
-        assert_eq!((s.len(), s.events(), s.bytes()), (0, 0, 0));
+        t.set_active_from(4000);
+        s.set_active_from(4000);
+        assert!(t.same_as(&s));
+        // And a checkpoint of it decodes to the same.
+        let mut out = Vec::new();
+        assert_eq!(s.encode_heads(&mut out), 2);
+        let back = Streams::decode_heads(&mut Reader(&out), 4000).unwrap();
+        assert!(back.same_as(&s));
     }
 }

@@ -19,6 +19,7 @@ use glommio::net::TcpStream;
 
 use super::tls_io::{self, Writer};
 use crate::shard::{AckForm, AppendReq, ConnOut, Refused, Shard, Taken};
+use crate::streamread::Found;
 use crate::sync::deadline;
 
 /// Appends one connection may have unanswered before we stop reading from it.
@@ -193,7 +194,7 @@ async fn read_loop(
                 }
                 Request::Subscribe { stream, name, from } => {
                     need_v2(version, "Subscribe", req_id)?;
-                    let (from, filter) = match subscription(shard, stream, name, from) {
+                    let (from, filter) = match subscription(shard, stream, name, from).await {
                         Ok(f) => f,
                         // A refused subscription ends the connection (nothing may follow).
                         Err(Refused::Error(code, msg)) => return Err((code, msg, req_id)),
@@ -298,7 +299,7 @@ async fn append(shard: &Rc<Shard>, out: &Rc<ConnOut>, req_id: u64, req: AppendRe
                     out.drained.wait().await;
                 }
                 let p = req.producer.expect("only idempotent appends are duplicates");
-                if shard.answer_duplicate(p, req.stream.map(|s| s.0), out, req_id) {
+                if shard.answer_duplicate(p, req.stream.map(|s| s.0), out, req_id).await {
                     return;
                 }
                 // The original's offset was handed out again meanwhile: append it anew.
@@ -324,24 +325,28 @@ async fn read_stream(shard: &Rc<Shard>, out: &Rc<ConnOut>, name: &str, q: Stream
         out.drained.wait().await;
     }
     let max = max_count.min(codec::MAX_READ_COUNT) as usize;
-    let (offsets, end_version, first) = shard.with_index(|t| {
-        let (o, end) = t.streams.offsets(name, from, shard.committed(), max);
-        (o.to_vec(), end, t.streams.first_version(name))
-    });
     let gone = |first| push_out_of_range(out, version, req_id, first, &format!("version {from} of stream {name:?}"));
-    if from < first {
-        gone(first);
-        return Ok(());
-    }
+    let internal = |e: std::io::Error| (ErrorCode::Internal, e.to_string(), req_id);
+    let (offsets, end_version) =
+        match stream_offsets(shard, name, from, shard.committed(), max).await.map_err(internal)? {
+            Found::Events { offsets, end_version } => (offsets, end_version),
+            Found::Gone { first } => {
+                gone(first);
+                return Ok(());
+            }
+        };
     let max_bytes = max_bytes.min(codec::MAX_READ_BYTES) as usize;
     let (recs, count) = match shard.log.read_offsets(&offsets, max_bytes).await {
         Ok(r) => r,
         // Trimmed while it was read.
         Err(_) if offsets.first().is_some_and(|&o| o < shard.log.first_offset()) => {
-            gone(shard.with_index(|t| t.streams.first_version(name)));
+            match stream_offsets(shard, name, from, shard.committed(), 1).await.map_err(internal)? {
+                Found::Gone { first } => gone(first),
+                Found::Events { .. } => gone(from.saturating_add(1)),
+            }
             return Ok(());
         }
-        Err(e) => return Err((ErrorCode::Internal, e.to_string(), req_id)),
+        Err(e) => return Err(internal(e)),
     };
     let next_version = from.min(end_version) + count as u64;
     Response::StreamRecords { shard: shard.id(), next_version, end_version, count, records: &recs }
@@ -365,9 +370,18 @@ fn check_shard(shard: &Shard, s: u16, req_id: u64) -> Result<(), Fail> {
     Err((ErrorCode::NoSuchShard, msg, req_id))
 }
 
+/// The offsets of stream `name`'s events from version `from`, below offset `end`, at
+/// most `max` (`streamread`).
+async fn stream_offsets(shard: &Shard, name: &str, from: u64, end: u64, max: usize) -> std::io::Result<Found> {
+    match shard.with_index(|t| t.streams.locate(name)) {
+        Some(l) => crate::streamread::offsets(&shard.log, &l, from, end, max).await,
+        None => Ok(Found::Events { offsets: Vec::new(), end_version: 0 }),
+    }
+}
+
 /// The start offset and filter of a `Subscribe`. Only a leader serves subscriptions: a
 /// follower's log may be cut below what it has pushed (the handshake's truncation).
-fn subscription(shard: &Shard, stream: bool, name: &[u8], from: u64) -> Result<(u64, Filter), Refused> {
+async fn subscription(shard: &Shard, stream: bool, name: &[u8], from: u64) -> Result<(u64, Filter), Refused> {
     if let Some((code, msg)) = shard.refuse() {
         return Err(Refused::Error(code, msg));
     }
@@ -381,15 +395,17 @@ fn subscription(shard: &Shard, stream: bool, name: &[u8], from: u64) -> Result<(
         return Ok((from, Filter::Prefix(prefix.to_string())));
     }
     let (name, _) = check_stream(shard, StreamReq { name, expect_kind: 0, expected: 0 })?;
-    let first = shard.with_index(|t| t.streams.first_version(name));
-    if from < first {
-        return Err(Refused::OutOfRange { first, what: format!("version {from} of stream {name:?}") });
-    }
     // From the committed event with version `from`, or — if there is none yet — from
     // the committed end: offsets below it are never handed out again, so every later
     // event of the stream is there or above (staged offsets may be, and are not used).
     let committed = shard.committed();
-    let start = shard.with_index(|t| t.streams.offsets(name, from, committed, 1).0.first().copied());
+    let start = match stream_offsets(shard, name, from, committed, 1).await {
+        Ok(Found::Events { offsets, .. }) => offsets.first().copied(),
+        Ok(Found::Gone { first }) => {
+            return Err(Refused::OutOfRange { first, what: format!("version {from} of stream {name:?}") })
+        }
+        Err(e) => return Err(Refused::Error(ErrorCode::Internal, format!("stream index: {e}"))),
+    };
     Ok((start.unwrap_or(committed), Filter::Stream { name: name.to_string(), from_version: from }))
 }
 

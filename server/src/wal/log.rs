@@ -48,7 +48,15 @@ pub struct Log {
     /// The CRC field and records length of the last batch written.
     last_crc: Cell<u32>,
     last_records_len: Cell<u32>,
+    /// Stream run entries of sealed segments whose index file is still being written
+    /// (segment → the run bytes, from byte `RUNS_AT + 4` of the file).
+    pending_runs: RefCell<std::collections::HashMap<u64, Rc<Vec<u8>>>>,
+    /// Index files open for run reads, newest use last (at most `OPEN_INDEX_FILES`).
+    index_files: RefCell<Vec<(u64, Rc<glommio::io::BufferedFile>)>>,
 }
+
+/// Index files a shard keeps open for stream reads.
+const OPEN_INDEX_FILES: usize = 8;
 
 /// A segment the writer moved on from, for its index file.
 #[derive(Debug)]
@@ -133,6 +141,8 @@ impl Log {
             digest: RefCell::new(Some(scan.segments.last().map(|s| s.digest.clone()).unwrap_or_default())),
             last_crc: Cell::new(last_batch.map_or(0, |b| b.crc)),
             last_records_len: Cell::new(last_batch.map_or(0, |b| b.records_len)),
+            pending_runs: Default::default(),
+            index_files: Default::default(),
         };
         if log.segments.borrow().is_empty() {
             log.start_segment().await?;
@@ -202,6 +212,7 @@ impl Log {
             })?;
             segs.drain(..i).collect()
         };
+        self.index_files.borrow_mut().clear();
         for s in &gone {
             std::fs::remove_file(&s.path)?;
             remove_if_there(&self.dir.join(segidx::file_name(s.first_offset)))?;
@@ -249,7 +260,8 @@ impl Log {
             last_records_len: last.map_or(0, |_| self.last_records_len.get()),
             epochs: epochs_within(&self.epochs.borrow(), s.first_offset, next_offset),
             batches: s.batches.clone(),
-            streams: Vec::new(),
+            runs: 0,
+            run_bytes: Vec::new(),
         })
     }
 
@@ -337,6 +349,89 @@ impl Log {
         }
         self.next_offset.set(first_offset + count as u64);
         Ok(())
+    }
+
+    /// The first offset of the last segment (the one being written).
+    pub fn last_segment_first(&self) -> u64 {
+        self.segments.borrow().last().map(|s| s.first_offset).unwrap_or(0)
+    }
+
+    /// Serves the run entries of a just-sealed segment from memory until its index file
+    /// is written (`runs_written`).
+    pub fn runs_pending(&self, seg: u64, run_bytes: Rc<Vec<u8>>) {
+        self.pending_runs.borrow_mut().insert(seg, run_bytes);
+    }
+
+    pub fn runs_written(&self, seg: u64) {
+        self.pending_runs.borrow_mut().remove(&seg);
+    }
+
+    /// Reads the stream run entry at byte `pos` of segment `seg`'s index file: the run
+    /// with the offsets of its events from the `skip`-th, at most `take` of them. Errors
+    /// with `NotFound` when the segment is gone (retention).
+    pub async fn read_run(&self, seg: u64, pos: u32, skip: u32, take: u32) -> io::Result<segidx::Run> {
+        let bad = |e: String| io::Error::new(io::ErrorKind::InvalidData, format!("{}: {e}", segidx::file_name(seg)));
+        let base = (segidx::RUNS_AT + 4) as u64;
+        let pending = self.pending_runs.borrow().get(&seg).cloned();
+        if let Some(b) = pending {
+            let at = (pos as u64).checked_sub(base).ok_or_else(|| bad(format!("no run at byte {pos}")))? as usize;
+            let (mut run, _) =
+                segidx::decode_run(b.get(at..).unwrap_or_default(), skip.saturating_add(take)).map_err(bad)?;
+            run.rels.drain(..(skip as usize).min(run.rels.len()));
+            return Ok(run);
+        }
+        if seg < self.first_offset() || !self.segments.borrow().iter().any(|s| s.first_offset == seg) {
+            return Err(io::Error::new(io::ErrorKind::NotFound, format!("segment {seg} is gone")));
+        }
+        let f = self.index_file(seg).await?;
+        // One read holds the entry's head (at most 1 + 255 + 17 + 32 × 20 bytes) and, often,
+        // the offsets wanted; a second one reads the offsets when it does not.
+        let first = f.read_at(pos as u64, 1024).await.map_err(io::Error::from)?;
+        let (name_len, ptrs) = match first.first() {
+            Some(&n) if first.len() > 1 + n as usize + 16 => (n as usize, first[1 + n as usize + 16] as usize),
+            _ => return Err(bad(format!("run entry at byte {pos} cut short"))),
+        };
+        let head_len = segidx::run_head_len(name_len, ptrs);
+        let mut bytes =
+            first.get(..head_len).ok_or_else(|| bad(format!("run entry at byte {pos} cut short")))?.to_vec();
+        let (probe, _) = segidx::decode_run(&bytes, 0).map_err(bad)?;
+        let take = take.min(probe.count.saturating_sub(skip));
+        if take == 0 {
+            return Ok(probe);
+        }
+        let (from, len) = (head_len + 4 * skip as usize, 4 * take as usize);
+        let rels = match first.get(from..from + len) {
+            Some(r) => r.to_vec(),
+            None => f.read_at(pos as u64 + from as u64, len).await.map_err(io::Error::from)?.to_vec(),
+        };
+        // Re-framed as an entry holding only those offsets.
+        bytes[1 + name_len + 12..1 + name_len + 16].copy_from_slice(&take.to_le_bytes());
+        bytes.extend_from_slice(&rels);
+        let (mut run, _) = segidx::decode_run(&bytes, take).map_err(bad)?;
+        run.count = probe.count;
+        Ok(run)
+    }
+
+    async fn index_file(&self, seg: u64) -> io::Result<Rc<glommio::io::BufferedFile>> {
+        let cached = self.index_files.borrow().iter().position(|(s, _)| *s == seg);
+        if let Some(i) = cached {
+            let mut v = self.index_files.borrow_mut();
+            let e = v.remove(i);
+            v.push(e.clone());
+            return Ok(e.1);
+        }
+        let path = self.dir.join(segidx::file_name(seg));
+        let f = Rc::new(
+            glommio::io::BufferedFile::open(&path)
+                .await
+                .map_err(|e| io::Error::new(io::ErrorKind::NotFound, format!("{}: {e}", path.display())))?,
+        );
+        let mut v = self.index_files.borrow_mut();
+        if v.len() >= OPEN_INDEX_FILES {
+            v.remove(0);
+        }
+        v.push((seg, f.clone()));
+        Ok(f)
     }
 
     /// Locates the batch holding `offset` (which must be below `next_offset()`).
@@ -540,6 +635,7 @@ impl Log {
         };
         // The index files of the segments it changes go first: a start never trusts an
         // index of bytes that were cut.
+        self.index_files.borrow_mut().clear();
         let firsts: Vec<u64> = self.segments.borrow()[si..].iter().map(|s| s.first_offset).collect();
         for f in firsts {
             remove_if_there(&self.dir.join(segidx::file_name(f)))?;

@@ -14,12 +14,22 @@
 //!
 //! ```text
 //! magic "CLSIX001" · first_offset u64 · next_offset u64 · end_pos u64 · digest u64
-//! last batch: crc u32 · records_len u32
+//! last batch: crc u32 · records_len u32                        (48 bytes so far)
+//! streams: n u32 · n × run entry (below)                        (from byte 48)
 //! epochs: n u16 · n × { epoch u32 · first_offset u64 }
 //! batches: n u32 · n × { rel u32 · block u32 }
-//! streams: n u32 · n × { name_len u8 · name · first_version u64 · count u32 · count × rel u32 }
 //! crc u32 (CRC-32/IEEE of every byte before it)
+//! run entry: name_len u8 · name · run u32 · first_version u64 · count u32
+//!            · ptrs u8 · ptrs × { segment u64 · pos u32 · first_version u64 } · count × rel u32
 //! ```
+//!
+//! A run entry holds one stream's events in the segment (versions `first_version..`, at
+//! `first_offset + rel`), its number among the stream's runs (0 for its first segment), and
+//! skip pointers to earlier runs of the stream (`ptrs[j]`: the newest earlier run whose
+//! number is a multiple of 2^j, as segment and byte position of its entry), so that the
+//! run holding any version is found in a few reads (`streams.rs`). Runs start at byte 48,
+//! whatever the segment's batches and epochs, so a run's position is known when the
+//! segment is sealed, before its file is written.
 //!
 //! Written as `<name>.tmp`, fsynced, renamed, the directory fsynced (`write`).
 
@@ -37,13 +47,81 @@ pub fn file_name(first: u64) -> String {
     format!("{first:020}.idx")
 }
 
-/// The events of one stream in one segment: versions `first_version..` at the offsets
-/// `first_offset + rel`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StreamRun {
-    pub name: Box<str>,
+/// Where a stream's run of events in a sealed segment is described: the segment (its
+/// first offset), the byte position of the run's entry in the segment's index file, and
+/// the version of the run's first event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RunRef {
+    pub seg: u64,
+    pub pos: u32,
     pub first_version: u64,
+}
+
+/// The fixed part of an index file before its stream runs.
+pub const RUNS_AT: usize = 48;
+/// Bytes of a run entry before its name, pointers and offsets... and of each pointer.
+const PTR_LEN: usize = 20;
+
+/// One run entry as read (`decode_run`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Run {
+    pub name: Box<str>,
+    pub run: u32,
+    pub first_version: u64,
+    pub count: u32,
+    pub ptrs: Vec<RunRef>,
+    /// Offsets of the events, relative to the segment's first offset.
     pub rels: Vec<u32>,
+}
+
+/// Appends a run entry to `out`.
+pub fn encode_run(out: &mut Vec<u8>, name: &str, run: u32, first_version: u64, ptrs: &[RunRef], rels: &[u32]) {
+    assert!(!name.is_empty() && name.len() <= 255 && !rels.is_empty() && ptrs.len() <= u8::MAX as usize);
+    out.push(name.len() as u8);
+    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(&run.to_le_bytes());
+    out.extend_from_slice(&first_version.to_le_bytes());
+    out.extend_from_slice(&(rels.len() as u32).to_le_bytes());
+    out.push(ptrs.len() as u8);
+    for p in ptrs {
+        out.extend_from_slice(&p.seg.to_le_bytes());
+        out.extend_from_slice(&p.pos.to_le_bytes());
+        out.extend_from_slice(&p.first_version.to_le_bytes());
+    }
+    for r in rels {
+        out.extend_from_slice(&r.to_le_bytes());
+    }
+}
+
+/// Decodes the run entry at the front of `b`: the run, and the entry's length. The
+/// offsets are read only up to `max_rels` (all of them with `u32::MAX`; the entry's length
+/// is then still whole).
+pub fn decode_run(b: &[u8], max_rels: u32) -> Result<(Run, usize), String> {
+    let mut r = Reader(b);
+    let n = r.u8()? as usize;
+    let name = std::str::from_utf8(r.take(n)?).map_err(|_| "a stream name is not UTF-8")?;
+    let (run, first_version, count) = (r.u32()?, r.u64()?, r.u32()?);
+    let np = r.u8()? as usize;
+    let mut ptrs = Vec::with_capacity(np);
+    for _ in 0..np {
+        ptrs.push(RunRef { seg: r.u64()?, pos: r.u32()?, first_version: r.u64()? });
+    }
+    if name.is_empty() || count == 0 || ptrs.iter().any(|p| p.first_version >= first_version) {
+        return Err(format!("run of stream {name:?}: empty, or pointers not to earlier versions"));
+    }
+    let head = 1 + n + 16 + 1 + np * PTR_LEN;
+    let take = count.min(max_rels) as usize;
+    let rels = (0..take).map(|_| r.u32()).collect::<Result<Vec<u32>, _>>()?;
+    if !rels.windows(2).all(|w| w[0] < w[1]) {
+        return Err(format!("run of stream {name:?}: offsets out of order"));
+    }
+    Ok((Run { name: name.into(), run, first_version, count, ptrs, rels }, head + 4 * count as usize))
+}
+
+/// The bytes of a run entry up to its offsets (to read the first `len` bytes of it and
+/// know whether they hold the pointers): what `decode_run` needs before any offset.
+pub fn run_head_len(name_len: usize, ptrs: usize) -> usize {
+    1 + name_len + 16 + 1 + ptrs * PTR_LEN
 }
 
 /// Everything a sealed segment's index says.
@@ -63,8 +141,10 @@ pub struct SegIdx {
     /// first entry at `first_offset`.
     pub epochs: Vec<(u32, u64)>,
     pub batches: SegmentIndex,
-    /// One run per stream with events in the segment.
-    pub streams: Vec<StreamRun>,
+    /// The stream runs: their count and their entries back to back (from byte `RUNS_AT`
+    /// of the file on).
+    pub runs: u32,
+    pub run_bytes: Vec<u8>,
 }
 
 /// The digest `corelog inspect` prints, over any run of record bytes: two CRC-32s, the
@@ -117,7 +197,7 @@ impl SegIdx {
         seg: &super::recovery::SegmentInfo,
         next_offset: u64,
         epochs: &[(u32, u64)],
-        streams: Vec<StreamRun>,
+        (runs, run_bytes): (u32, Vec<u8>),
     ) -> Result<SegIdx, String> {
         let batches = SegmentIndex::from_scan(seg).map_err(|e| e.to_string())?;
         let (last_crc, last_records_len) = seg.batches.last().map_or((0, 0), |b| (b.crc, b.records_len));
@@ -130,7 +210,8 @@ impl SegIdx {
             last_records_len,
             epochs: epochs_within(epochs, seg.first_offset, next_offset),
             batches,
-            streams,
+            runs,
+            run_bytes,
         };
         if ix.first_offset + ix.batches.end().0 as u64 != next_offset {
             return Err(format!(
@@ -152,13 +233,16 @@ impl SegIdx {
     }
 
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(64 + self.batches.len() * 8);
+        let mut out = Vec::with_capacity(64 + self.run_bytes.len() + self.batches.len() * 8);
         out.extend_from_slice(MAGIC);
         for v in [self.first_offset, self.next_offset, self.end_pos, self.digest] {
             out.extend_from_slice(&v.to_le_bytes());
         }
         out.extend_from_slice(&self.last_crc.to_le_bytes());
         out.extend_from_slice(&self.last_records_len.to_le_bytes());
+        assert_eq!(out.len(), RUNS_AT);
+        out.extend_from_slice(&self.runs.to_le_bytes());
+        out.extend_from_slice(&self.run_bytes);
         assert!(self.epochs.len() <= u16::MAX as usize, "an epoch per 65,536 records at least");
         out.extend_from_slice(&(self.epochs.len() as u16).to_le_bytes());
         for (e, o) in &self.epochs {
@@ -170,20 +254,27 @@ impl SegIdx {
             out.extend_from_slice(&rel.to_le_bytes());
             out.extend_from_slice(&block.to_le_bytes());
         }
-        out.extend_from_slice(&(self.streams.len() as u32).to_le_bytes());
-        for s in &self.streams {
-            assert!(!s.name.is_empty() && s.name.len() <= 255 && !s.rels.is_empty());
-            out.push(s.name.len() as u8);
-            out.extend_from_slice(s.name.as_bytes());
-            out.extend_from_slice(&s.first_version.to_le_bytes());
-            out.extend_from_slice(&(s.rels.len() as u32).to_le_bytes());
-            for r in &s.rels {
-                out.extend_from_slice(&r.to_le_bytes());
-            }
-        }
         let crc = crc32fast::hash(&out);
         out.extend_from_slice(&crc.to_le_bytes());
         out
+    }
+
+    /// Its stream runs, in file order, with the position of each entry in the file.
+    pub fn stream_runs(&self) -> Result<Vec<(u32, Run)>, String> {
+        let mut out = Vec::with_capacity(self.runs as usize);
+        let mut at = 0usize;
+        for _ in 0..self.runs {
+            let (run, len) = decode_run(&self.run_bytes[at..], u32::MAX)?;
+            if run.rels.last().is_some_and(|&l| l as u64 >= self.next_offset - self.first_offset) {
+                return Err(format!("run of stream {:?}: events outside the segment", run.name));
+            }
+            out.push(((RUNS_AT + 4 + at) as u32, run));
+            at += len;
+        }
+        if at != self.run_bytes.len() {
+            return Err("bytes after the last stream run".into());
+        }
+        Ok(out)
     }
 
     /// Decodes and checks an index file's bytes on their own (checksum, layout, every
@@ -200,6 +291,17 @@ impl SegIdx {
         if next_offset < first_offset || end_pos % BLOCK != 0 {
             return Err(format!("offsets {first_offset}..{next_offset}, end byte {end_pos}: not a segment's"));
         }
+        let runs = r.u32()?;
+        let start = body.len() - r.rest();
+        let mut probe = Reader(r.0);
+        let mut len = 0usize;
+        for _ in 0..runs {
+            let (_, n) = decode_run(probe.0, u32::MAX)?;
+            probe.take(n)?;
+            len += n;
+        }
+        let run_bytes = r.take(len)?.to_vec();
+        debug_assert_eq!(start, RUNS_AT + 4);
         let n = r.u16()? as usize;
         let mut epochs = Vec::with_capacity(n);
         for _ in 0..n {
@@ -216,28 +318,23 @@ impl SegIdx {
             entries.push((r.u32()?, r.u32()?));
         }
         let batches = SegmentIndex::from_entries(&entries, next_offset - first_offset, end_pos / BLOCK)?;
-        let n = r.u32()? as usize;
-        let mut streams: Vec<StreamRun> = Vec::with_capacity(n.min(body.len()));
-        for _ in 0..n {
-            let len = r.u8()? as usize;
-            let name = std::str::from_utf8(r.take(len)?).map_err(|_| "a stream name is not UTF-8")?;
-            let first_version = r.u64()?;
-            let count = r.u32()? as usize;
-            let rels = (0..count).map(|_| r.u32()).collect::<Result<Vec<_>, _>>()?;
-            let grows = rels.windows(2).all(|w| w[0] < w[1]);
-            if name.is_empty()
-                || rels.is_empty()
-                || !grows
-                || rels.last().is_some_and(|&l| l as u64 >= next_offset - first_offset)
-            {
-                return Err(format!("stream {name:?}: events outside the segment or out of order"));
-            }
-            streams.push(StreamRun { name: name.into(), first_version, rels });
-        }
         if r.rest() > 0 {
             return Err(format!("{} bytes after the last entry", r.rest()));
         }
-        Ok(SegIdx { first_offset, next_offset, end_pos, digest, last_crc, last_records_len, epochs, batches, streams })
+        let ix = SegIdx {
+            first_offset,
+            next_offset,
+            end_pos,
+            digest,
+            last_crc,
+            last_records_len,
+            epochs,
+            batches,
+            runs,
+            run_bytes,
+        };
+        ix.stream_runs()?; // every run inside the segment
+        Ok(ix)
     }
 
     /// Checks the index against its segment on disk without reading more than its last
