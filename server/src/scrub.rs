@@ -45,8 +45,6 @@ pub const CHUNK: usize = 1024 * 1024;
 pub const START_AFTER: Duration = Duration::from_secs(1);
 /// How often a shard without sealed segments looks again.
 const IDLE: Duration = Duration::from_secs(1);
-/// How the finding of a segment file cut short begins.
-const FILE_ENDS: &str = "the file ends at byte";
 /// Damaged spots itemised per segment; beyond it the rest of the segment is one report.
 const MAX_FINDINGS: usize = 32;
 
@@ -102,6 +100,18 @@ impl std::fmt::Display for Damage {
             None => write!(f, "byte {} (no record): {}", self.pos, self.what),
         }
     }
+}
+
+/// What the bytes at a batch position are.
+enum Verdict {
+    /// Not all fed yet.
+    More,
+    /// A valid batch: its record count, span, CRC field and records length.
+    Whole { count: u64, span: u64, crc: u32, records_len: u32 },
+    /// Damaged (what is wrong): the next batch may still be found by the index.
+    Bad(String),
+    /// The file ends inside or before it: nothing more to find.
+    Cut(String),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -180,6 +190,7 @@ impl SegCheck {
         if self.phase == Phase::Done {
             return;
         }
+        self.drop_consumed();
         self.buf.extend_from_slice(bytes);
         self.run(false);
     }
@@ -202,7 +213,6 @@ impl SegCheck {
 
     fn run(&mut self, eof: bool) {
         loop {
-            self.drop_consumed();
             let progressed = match self.phase {
                 Phase::Batches => self.step_batch(eof),
                 Phase::Tail => self.step_tail(eof),
@@ -212,17 +222,18 @@ impl SegCheck {
                 break;
             }
         }
+        if self.phase == Phase::Done {
+            self.buf = Vec::new();
+        }
     }
 
-    /// Bytes before `pos` are not needed again.
+    /// Drops the bytes before `pos` (once per piece fed: a batch at a time would move
+    /// the rest of the buffer for every 4 KiB batch).
     fn drop_consumed(&mut self) {
         if self.pos > self.buf_at {
             let n = ((self.pos - self.buf_at) as usize).min(self.buf.len());
             self.buf.drain(..n);
             self.buf_at += n as u64;
-        }
-        if self.phase == Phase::Done {
-            self.buf = Vec::new();
         }
     }
 
@@ -245,12 +256,11 @@ impl SegCheck {
         self.found.push(Damage { pos, offsets, what });
     }
 
-    /// The offsets of the batch the index places at or around byte `pos` (without an
+    /// The offsets of the batch the index places at or before byte `pos` (without an
     /// index: from the next expected offset to the segment's end).
     fn covering(&self, pos: u64) -> (u64, u64) {
         let Some(ix) = &self.idx else { return (self.expected, self.next) };
-        let n = ix.batches.len();
-        let i = (0..n).rev().find(|&i| ix.batches.get(self.first, i).pos <= pos);
+        let i = (0..ix.batches.len()).rev().find(|&i| ix.batches.get(self.first, i).pos <= pos);
         match i {
             Some(i) => {
                 let l = ix.batches.get(self.first, i);
@@ -271,32 +281,9 @@ impl SegCheck {
             return true;
         }
         let pos = self.pos;
-        let a = self.here();
-        let bad = |why: String| Err(why);
-        let short = |n: usize| format!("{FILE_ENDS} {} inside or before the batch at byte {pos}", pos + n as u64);
-        let r: Result<(u64, u32, u32, u32), String> = if a.len() < BATCH_HEADER_LEN {
-            if !eof {
-                return false;
-            }
-            bad(short(a.len()))
-        } else if a[0..4] != batch::BATCH_MAGIC || a[4] != batch::BATCH_VERSION {
-            bad("no batch header here (magic or version)".into())
-        } else {
-            let records_len = u32::from_le_bytes(a[20..24].try_into().expect("4 bytes")) as usize;
-            let need = BATCH_HEADER_LEN + records_len;
-            if records_len > MAX_BATCH_BYTES {
-                bad(format!("the batch header claims {records_len} bytes of records (at most {MAX_BATCH_BYTES})"))
-            } else if a.len() < need && !eof {
-                return false;
-            } else if a.len() < need {
-                bad(short(a.len()))
-            } else {
-                self.check_batch(&a[..need])
-            }
-        };
-        match r {
-            Ok((count, span_blocks, crc, records_len)) => {
-                let span = span_blocks as u64 * BLOCK;
+        match self.judge(eof) {
+            Verdict::More => return false,
+            Verdict::Whole { count, span, crc, records_len } => {
                 let skip = (self.pos - self.buf_at) as usize + BATCH_HEADER_LEN;
                 self.digest.update(&self.buf[skip..skip + records_len as usize]);
                 self.last = Some((crc, records_len));
@@ -304,13 +291,13 @@ impl SegCheck {
                 self.pos += span;
                 self.bi += 1;
             }
-            Err(what) if what.starts_with(FILE_ENDS) => {
+            Verdict::Cut(what) => {
                 // The rest of the segment is missing.
                 let from = self.covering(pos).0;
                 self.damage(pos, Some((from, self.next)), what);
                 self.phase = Phase::Done;
             }
-            Err(what) => {
+            Verdict::Bad(what) => {
                 self.whole = false;
                 let offsets = self.covering(pos);
                 self.damage(pos, Some(offsets), what);
@@ -320,9 +307,37 @@ impl SegCheck {
         true
     }
 
-    /// Checks the whole batch at `pos` (`a` holds exactly its header and records):
-    /// (record count, span in blocks, CRC field, records length), or what is wrong.
-    fn check_batch(&self, a: &[u8]) -> Result<(u64, u32, u32, u32), String> {
+    /// What lies at `pos`, as far as the bytes fed tell.
+    fn judge(&self, eof: bool) -> Verdict {
+        let (pos, a) = (self.pos, self.here());
+        let cut = || {
+            Verdict::Cut(format!(
+                "the file ends at byte {} inside or before the batch at byte {pos}",
+                pos + a.len() as u64
+            ))
+        };
+        if a.len() < BATCH_HEADER_LEN {
+            return if eof { cut() } else { Verdict::More };
+        }
+        if a[0..4] != batch::BATCH_MAGIC || a[4] != batch::BATCH_VERSION {
+            return Verdict::Bad("no batch header here (magic or version)".into());
+        }
+        let records_len = u32::from_le_bytes(a[20..24].try_into().expect("4 bytes")) as usize;
+        if records_len > MAX_BATCH_BYTES {
+            return Verdict::Bad(format!(
+                "the batch header claims {records_len} bytes of records (at most {MAX_BATCH_BYTES})"
+            ));
+        }
+        match a.get(..BATCH_HEADER_LEN + records_len) {
+            Some(whole) => self.check_batch(whole).unwrap_or_else(Verdict::Bad),
+            None if eof => cut(),
+            None => Verdict::More,
+        }
+    }
+
+    /// Checks the batch at `pos` (`a` holds exactly its header and records): whole, or
+    /// what is wrong.
+    fn check_batch(&self, a: &[u8]) -> Result<Verdict, String> {
         if batch::header(a).is_none() {
             return Err("the batch header's flags or reserved bytes are not zero".into());
         }
@@ -366,7 +381,7 @@ impl SegCheck {
                 ));
             }
         }
-        Ok((h.count as u64, (span / BLOCK) as u32, batch::stored_crc(a), h.records_len))
+        Ok(Verdict::Whole { count: h.count as u64, span, crc: batch::stored_crc(a), records_len: h.records_len })
     }
 
     /// After a damaged batch: on to the next batch the index knows of; without an index
@@ -800,6 +815,19 @@ mod tests {
         let found = check(cut, 0, 20, Some(ix.clone()), 4096);
         assert_eq!((found[0].pos, found[0].offsets), (at[9], Some((18, 20))), "{found:?}");
         assert!(found[0].what.contains("ends at byte"), "{found:?}");
+    }
+
+    #[test]
+    fn damage_everywhere_is_itemised_up_to_a_bound_then_reported_as_one() {
+        let (mut seg, at) = segment(0, 40, 1, LEN);
+        let ix = index_of(&seg, 0, 40);
+        seg[at[2] as usize..at[39] as usize + 4096].fill(0);
+        let found = check(&seg, 0, 40, Some(ix), 1 << 20);
+        assert_eq!(found.len(), MAX_FINDINGS, "{found:?}");
+        assert_eq!((found[0].pos, found[0].offsets), (at[2], Some((2, 3))));
+        let last = found.last().unwrap();
+        assert_eq!((last.pos, last.offsets), (at[33], Some((33, 40))), "{last:?}");
+        assert!(last.what.contains("and more damage"), "{last:?}");
     }
 
     #[test]
