@@ -481,32 +481,53 @@ pub async fn run(shard: Rc<Shard>, bytes_per_s: u64) {
     let mut pacer = Pacer::new(bytes_per_s);
     let mut known: Vec<Known> = Vec::new();
     let mut damaged = false;
+    let mut last_err = String::new();
     loop {
         if ctl.stopping() {
             return;
         }
         let segs = shard.log.segment_paths();
-        if segs.len() < 2 {
-            glommio::timer::sleep(IDLE).await;
-            continue;
-        }
+        let mut checked = 0;
         for w in segs.windows(2) {
             let ((first, path), next) = (&w[0], w[1].0);
-            let Some(found) = scrub_segment(&shard, &mut pacer, *first, path, next).await else {
-                if ctl.stopping() {
-                    return;
+            match scrub_segment(&shard, &mut pacer, *first, path, next).await {
+                Outcome::Checked(found) => {
+                    checked += 1;
+                    last_err.clear();
+                    note(&shard, &mut known, *first, path, found);
+                    set_damaged(&shard, &mut damaged, !known.is_empty());
                 }
-                continue; // deleted or changed meanwhile
-            };
-            note(&shard, &mut known, *first, path, found);
-            set_damaged(&shard, &mut damaged, !known.is_empty());
+                Outcome::Skipped if ctl.stopping() => return,
+                Outcome::Skipped => {}
+                Outcome::Failed(e) if e != last_err => {
+                    log::warn!("shard {id}: scrub: {e}; trying again next round");
+                    last_err = e;
+                }
+                Outcome::Failed(_) => {}
+            }
         }
         // Segments retention deleted take their damage with them.
         let held = shard.log.segment_paths();
         known.retain(|k| held.iter().any(|(f, _)| *f == k.first));
-        shard.metrics.scrub_passes.increment(1);
         set_damaged(&shard, &mut damaged, !known.is_empty());
+        if checked == 0 {
+            // No sealed segment, or none could be read: nothing paced this round.
+            glommio::timer::sleep(IDLE).await;
+            continue;
+        }
+        shard.metrics.scrub_passes.increment(1);
     }
+}
+
+/// What became of one sealed segment's check.
+enum Outcome {
+    /// Read to its end (or to damage that ends its check): what was found.
+    Checked(Vec<Damage>),
+    /// Deleted or changed while it was read (retention, a follower's cut), or the node is
+    /// stopping: nothing to say about it.
+    Skipped,
+    /// It could not be opened.
+    Failed(String),
 }
 
 /// Reports what a check of segment `first` found (each damaged spot once) and forgets
@@ -544,26 +565,22 @@ fn set_damaged(shard: &Shard, was: &mut bool, now: bool) {
     }
 }
 
-/// What a check of one sealed segment found; None when the log no longer holds it as a
-/// sealed segment or its file changed while it was read (retention, a follower's cut),
-/// or the node is stopping.
-async fn scrub_segment(
-    shard: &Rc<Shard>,
-    pacer: &mut Pacer,
-    first: u64,
-    path: &Path,
-    next: u64,
-) -> Option<Vec<Damage>> {
+/// Checks one sealed segment: what it holds is reported only when, after its last read,
+/// the log still holds it as a sealed segment and its file is the one that was read.
+async fn scrub_segment(shard: &Rc<Shard>, pacer: &mut Pacer, first: u64, path: &Path, next: u64) -> Outcome {
     let log = &shard.log;
     let sealed = || {
         let segs = log.segment_paths();
         segs.iter().position(|(f, _)| *f == first).is_some_and(|i| i + 1 < segs.len())
     };
-    if !sealed() {
-        return None;
-    }
-    let before = identity(path)?;
-    let file = glommio::io::DmaFile::open(path).await.ok()?;
+    let Some(before) = identity(path).filter(|_| sealed()) else {
+        return Outcome::Skipped;
+    };
+    let file = match glommio::io::DmaFile::open(path).await {
+        Ok(f) => f,
+        Err(_) if !sealed() => return Outcome::Skipped,
+        Err(e) => return Outcome::Failed(format!("open {}: {e}", path.display())),
+    };
     let dir = log.dir().to_path_buf();
     let idx = glommio::executor().spawn_blocking(move || segidx::read(&dir, first)).await;
     let mut pre = Vec::new();
@@ -587,7 +604,7 @@ async fn scrub_segment(
         }
         if shard.cfg.ctl.stopping() {
             let _ = file.close().await;
-            return None;
+            return Outcome::Skipped;
         }
         match read(&file, path, pos).await {
             Ok(bytes) => {
@@ -610,7 +627,11 @@ async fn scrub_segment(
     let _ = file.close().await;
     let mut found = pre;
     found.extend(check.finish());
-    (sealed() && identity(path) == Some(before)).then_some(found)
+    if sealed() && identity(path) == Some(before) {
+        Outcome::Checked(found)
+    } else {
+        Outcome::Skipped
+    }
 }
 
 /// Which file a path names and when it last changed: (inode, mtime ns, ctime ns, size).
