@@ -87,8 +87,10 @@ pub fn open(shard: u16, dir: &Path, max_producers: usize) -> Result<Boot, String
     let mut i = k;
     while i + 1 < files.len() {
         let ((seg, path), next) = (&files[i], files[i + 1].0);
-        if let Some(ix) = sealed.get(i) {
+        if let Some(ix) = sealed.get_mut(i) {
+            segidx::read_runs(dir, ix)?;
             index.streams.feed_sealed(*seg, &ix.stream_runs()?)?;
+            ix.run_bytes = Vec::new();
             let mut bad = None;
             recovery::scan_files(shard, &files[i..=i], &mut |recs| index.producers.note_run(recs))
                 .map_err(|e| e.to_string())
@@ -123,9 +125,11 @@ pub fn open(shard: u16, dir: &Path, max_producers: usize) -> Result<Boot, String
             return Err(format!("shard {shard}: the log's stream versions are inconsistent ({e}); refusing to start"));
         }
         (ix.runs, ix.run_bytes) = index.streams.seal(*seg, next);
+        (ix.runs_len, ix.runs_crc) = (ix.run_bytes.len() as u32, crc32fast::hash(&ix.run_bytes));
         if let Err(e) = segidx::write(dir, &ix) {
             log::warn!("shard {shard}: {e} (the next start scans {} again)", path.display());
         }
+        ix.run_bytes = Vec::new();
         rebuilt.push(path.display().to_string());
         sealed.push(ix);
         i += 1;
@@ -229,7 +233,7 @@ fn trust_sealed(shard: u16, dir: &Path, files: &[(u64, PathBuf)]) -> Result<Vec<
     let mut out = Vec::new();
     for i in 0..files.len().saturating_sub(1) {
         let ((first, path), next) = (&files[i], files[i + 1].0);
-        let why = match segidx::read(dir, *first) {
+        let why = match segidx::read_meta(dir, *first) {
             Ok(Some(ix)) => match ix.agrees_with(path, *first, Some(next)) {
                 Ok(()) => {
                     out.push(ix);

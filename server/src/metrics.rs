@@ -171,13 +171,19 @@ pub fn scrub_damage_known(known: bool) {
 
 fn health_body() -> String {
     let h = HEALTH.lock().unwrap_or_else(|e| e.into_inner());
-    let lease = match LEASE.load(Ordering::Relaxed) {
+    health_line(&h, LEASE.load(Ordering::Relaxed), SCRUB_DAMAGED.load(Ordering::Relaxed) > 0)
+}
+
+/// `/health`'s body from the coordinator's fields (`h`, "" without a coordinator), the
+/// lease state and whether scrubbing knows of damage.
+fn health_line(h: &str, lease: u8, scrub_damaged: bool) -> String {
+    let lease = match lease {
         1 => " lease=ok",
         2 => " lease=lapsed",
         _ => "",
     };
     // Last, after the coordinator's fields, which readers take word by word.
-    let scrub = if SCRUB_DAMAGED.load(Ordering::Relaxed) > 0 { " scrub=damaged" } else { "" };
+    let scrub = if scrub_damaged { " scrub=damaged" } else { "" };
     if h.is_empty() {
         format!("ok{scrub}\n")
     } else {
@@ -252,4 +258,22 @@ fn answer(s: &TcpStream, handle: &PrometheusHandle, ctl: &ControlCell, data_dir:
     };
     let mut w = s;
     let _ = write!(w, "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn health_adds_scrub_damage_after_the_coordinators_fields() {
+        assert_eq!(health_line("", 0, false), "ok\n");
+        assert_eq!(health_line("", 0, true), "ok scrub=damaged\n");
+        let h = "role=leader epoch=3 insync=2 degraded=0";
+        assert_eq!(health_line(h, 1, false), format!("ok {h} lease=ok\n"));
+        assert_eq!(health_line(h, 2, true), format!("ok {h} lease=lapsed scrub=damaged\n"));
+        assert_eq!(
+            health_line("role=follower epoch=3 insync=2 degraded=0", 0, true).split_whitespace().nth(2),
+            Some("epoch=3")
+        );
+    }
 }

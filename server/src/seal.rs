@@ -76,6 +76,7 @@ fn write(
         }
     };
     (ix.runs, ix.run_bytes) = runs;
+    (ix.runs_len, ix.runs_crc) = (ix.run_bytes.len() as u32, crc32fast::hash(&ix.run_bytes));
     segidx::write(dir, &ix)?;
     checkpoint::write(dir, at, &ckpt)?;
     checkpoint::remove(dir, |o| o < at)?;

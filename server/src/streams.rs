@@ -226,7 +226,7 @@ impl Streams {
             }
             let first_version = e.next - e.active.len() as u64;
             let rels: Vec<u32> = e.active[..n].iter().map(|&o| (o - seg) as u32).collect();
-            let pos = segidx::RUNS_AT + 4 + out.len();
+            let pos = segidx::RUNS_AT + out.len();
             segidx::encode_run(&mut out, name, e.runs, first_version, &e.pointers(), &rels);
             e.push_run(RunRef { seg, pos: pos as u32, first_version });
             e.active.drain(..n);
@@ -494,6 +494,8 @@ mod tests {
                 batches: Default::default(),
                 runs: *n,
                 run_bytes: bytes.clone(),
+                runs_len: bytes.len() as u32,
+                runs_crc: crc32fast::hash(bytes),
             };
             t.feed_sealed(*seg, &ix.stream_runs().unwrap()).unwrap();
         }

@@ -14,7 +14,7 @@ use corelog_client::codec::{
     self, decode_frame_max, ErrorCode, Request, Response, StreamReq, MAX_REQUEST_FRAME, MIN_PROTOCOL_VERSION,
     PROTOCOL_VERSION,
 };
-use corelog_client::record::check_stream_name;
+use corelog_client::record::{self, check_stream_name};
 use glommio::net::TcpStream;
 
 use super::tls_io::{self, Writer};
@@ -348,6 +348,18 @@ async fn read_stream(shard: &Rc<Shard>, out: &Rc<ConnOut>, name: &str, q: Stream
         }
         Err(e) => return Err(internal(e)),
     };
+    // Every record is the event asked for: an index entry damaged in a way its checksum
+    // missed would point elsewhere, and that is never served as the stream's.
+    let mut at = 0;
+    for i in 0..count as u64 {
+        let (offset, ext, n) = record::peek(&recs[at..]).map_err(|e| internal(std::io::Error::other(e.to_string())))?;
+        if ext.stream.is_none_or(|s| s.name != name || s.version != from + i) {
+            let msg = format!("the stream index points at offset {offset} for version {} of stream {name:?}, which is not there", from + i);
+            log::error!("shard {}: {msg}", shard.id());
+            return Err(internal(std::io::Error::other(msg)));
+        }
+        at += n;
+    }
     let next_version = from.min(end_version) + count as u64;
     Response::StreamRecords { shard: shard.id(), next_version, end_version, count, records: &recs }
         .encode(req_id, &mut out.buf.borrow_mut());

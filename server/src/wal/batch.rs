@@ -65,17 +65,8 @@ pub fn encode_into(h: &BatchHeader, records: &[u8], out: &mut [u8]) {
 /// live log's reads, whose records carry their own CRCs): `None` unless it is a batch
 /// header whose records lie within `buf`.
 pub fn header(buf: &[u8]) -> Option<BatchHeader> {
-    if buf.len() < BATCH_HEADER_LEN || buf[0..4] != BATCH_MAGIC || buf[4] != BATCH_VERSION || buf[5..8] != [0, 0, 0] {
-        return None;
-    }
-    let h = BatchHeader {
-        first_offset: u64::from_le_bytes(buf[8..16].try_into().unwrap()),
-        count: u32::from_le_bytes(buf[16..20].try_into().unwrap()),
-        records_len: u32::from_le_bytes(buf[20..24].try_into().unwrap()),
-        epoch: u32::from_le_bytes(buf[24..28].try_into().unwrap()),
-    };
-    let end = BATCH_HEADER_LEN + h.records_len as usize;
-    (h.records_len as usize <= MAX_BATCH_BYTES && buf.len() >= end).then_some(h)
+    let h = header_fields(buf)?;
+    (buf.len() >= BATCH_HEADER_LEN + h.records_len as usize).then_some(h)
 }
 
 /// Parses and CRC-checks the batch at the front of `buf` (`buf` may extend past it).
@@ -88,6 +79,21 @@ pub fn decode(buf: &[u8]) -> Option<BatchHeader> {
     c.update(&buf[0..28]);
     c.update(&buf[BATCH_HEADER_LEN..end]);
     (c.finalize() == crc).then_some(h)
+}
+
+/// The fields of a batch header (magic, version, flags and bounds checked) from its 32
+/// bytes alone, the records not read: what a start checks of a sealed segment's last batch.
+pub fn header_fields(buf: &[u8]) -> Option<BatchHeader> {
+    if buf.len() < BATCH_HEADER_LEN || buf[0..4] != BATCH_MAGIC || buf[4] != BATCH_VERSION || buf[5..8] != [0, 0, 0] {
+        return None;
+    }
+    let h = BatchHeader {
+        first_offset: u64::from_le_bytes(buf[8..16].try_into().unwrap()),
+        count: u32::from_le_bytes(buf[16..20].try_into().unwrap()),
+        records_len: u32::from_le_bytes(buf[20..24].try_into().unwrap()),
+        epoch: u32::from_le_bytes(buf[24..28].try_into().unwrap()),
+    };
+    (h.records_len as usize <= MAX_BATCH_BYTES).then_some(h)
 }
 
 /// The CRC field of a batch header (`buf` holds at least the header).

@@ -49,7 +49,7 @@ pub struct Log {
     last_crc: Cell<u32>,
     last_records_len: Cell<u32>,
     /// Stream run entries of sealed segments whose index file is still being written
-    /// (segment → the run bytes, from byte `RUNS_AT + 4` of the file).
+    /// (segment → the run bytes, from byte `RUNS_AT` of the file).
     pending_runs: RefCell<std::collections::HashMap<u64, Rc<Vec<u8>>>>,
     /// Index files open for run reads, newest use last (at most `OPEN_INDEX_FILES`).
     index_files: RefCell<Vec<(u64, Rc<glommio::io::BufferedFile>)>>,
@@ -262,6 +262,8 @@ impl Log {
             batches: s.batches.clone(),
             runs: 0,
             run_bytes: Vec::new(),
+            runs_len: 0,
+            runs_crc: 0,
         })
     }
 
@@ -371,7 +373,7 @@ impl Log {
     /// with `NotFound` when the segment is gone (retention).
     pub async fn read_run(&self, seg: u64, pos: u32, skip: u32, take: u32) -> io::Result<segidx::Run> {
         let bad = |e: String| io::Error::new(io::ErrorKind::InvalidData, format!("{}: {e}", segidx::file_name(seg)));
-        let base = (segidx::RUNS_AT + 4) as u64;
+        let base = segidx::RUNS_AT as u64;
         let pending = self.pending_runs.borrow().get(&seg).cloned();
         if let Some(b) = pending {
             let at = (pos as u64).checked_sub(base).ok_or_else(|| bad(format!("no run at byte {pos}")))? as usize;

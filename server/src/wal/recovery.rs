@@ -280,7 +280,7 @@ fn check_tail(shard: u16, files: &[(u64, PathBuf)], i: usize, pos: u64) -> Resul
     let mut torn = Torn { segment: files[i].1.clone(), pos, dirty_end: pos, empty_segments: Vec::new() };
     for (j, (_, path)) in files.iter().enumerate().skip(i) {
         let mut r = SegReader::open(path).map_err(ScanError::Io)?;
-        let mut p = if j == i { pos } else { 0 };
+        let mut p = r.next_data(if j == i { pos } else { 0 });
         let mut nonzero = false;
         while p < r.file_len() {
             let block = r.get(p, BLOCK as usize)?;
@@ -302,7 +302,7 @@ fn check_tail(shard: u16, files: &[(u64, PathBuf)], i: usize, pos: u64) -> Resul
                     torn.dirty_end = p + n;
                 }
             }
-            p += BLOCK;
+            p = r.next_data(p + BLOCK);
         }
         if j > i && !nonzero {
             torn.empty_segments.push(path.clone());

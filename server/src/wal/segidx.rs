@@ -14,14 +14,19 @@
 //!
 //! ```text
 //! magic "CLSIX001" · first_offset u64 · next_offset u64 · end_pos u64 · digest u64
-//! last batch: crc u32 · records_len u32                        (48 bytes so far)
-//! streams: n u32 · n × run entry (below)                        (from byte 48)
+//! last batch: crc u32 · records_len u32
+//! runs u32 · runs_len u32 · runs_crc u32                        (60 bytes so far)
+//! run entries: runs_len bytes, runs × run entry (below)         (from byte 60)
 //! epochs: n u16 · n × { epoch u32 · first_offset u64 }
 //! batches: n u32 · n × { rel u32 · block u32 }
-//! crc u32 (CRC-32/IEEE of every byte before it)
+//! crc u32 (CRC-32/IEEE of every byte before it but the run entries)
 //! run entry: name_len u8 · name · run u32 · first_version u64 · count u32
 //!            · ptrs u8 · ptrs × { segment u64 · pos u32 · first_version u64 } · count × rel u32
 //! ```
+//!
+//! `runs_crc` is the CRC-32/IEEE of the run entries alone: a start reads the 60 bytes of
+//! header and what follows the runs (epochs, batches: the part it needs), a stream read
+//! reads one run entry; neither reads the runs of every stream.
 //!
 //! A run entry holds one stream's events in the segment (versions `first_version..`, at
 //! `first_offset + rel`), its number among the stream's runs (0 for its first segment), and
@@ -39,7 +44,7 @@ use std::path::{Path, PathBuf};
 use super::batch::{self, BLOCK};
 use super::batchindex::SegmentIndex;
 use super::recovery::sync_dir;
-use crate::le::{checked_body, Reader};
+use crate::le::Reader;
 
 const MAGIC: &[u8; 8] = b"CLSIX001";
 
@@ -58,7 +63,7 @@ pub struct RunRef {
 }
 
 /// The fixed part of an index file before its stream runs.
-pub const RUNS_AT: usize = 48;
+pub const RUNS_AT: usize = 60;
 /// Bytes of a run entry before its name, pointers and offsets... and of each pointer.
 const PTR_LEN: usize = 20;
 
@@ -142,9 +147,12 @@ pub struct SegIdx {
     pub epochs: Vec<(u32, u64)>,
     pub batches: SegmentIndex,
     /// The stream runs: their count and their entries back to back (from byte `RUNS_AT`
-    /// of the file on).
+    /// of the file on). `run_bytes` is empty when only the rest was read (`read_meta`);
+    /// `runs_len` and `runs_crc` say what they are then.
     pub runs: u32,
     pub run_bytes: Vec<u8>,
+    pub runs_len: u32,
+    pub runs_crc: u32,
 }
 
 /// The digest `corelog inspect` prints, over any run of record bytes: two CRC-32s, the
@@ -210,6 +218,8 @@ impl SegIdx {
             last_records_len,
             epochs: epochs_within(epochs, seg.first_offset, next_offset),
             batches,
+            runs_len: run_bytes.len() as u32,
+            runs_crc: crc32fast::hash(&run_bytes),
             runs,
             run_bytes,
         };
@@ -232,6 +242,7 @@ impl SegIdx {
         (n > 0).then(|| self.batches.get(self.first_offset, n - 1).pos)
     }
 
+    /// The file's bytes. `run_bytes` must be there (not an index read with `read_meta`).
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(64 + self.run_bytes.len() + self.batches.len() * 8);
         out.extend_from_slice(MAGIC);
@@ -240,9 +251,14 @@ impl SegIdx {
         }
         out.extend_from_slice(&self.last_crc.to_le_bytes());
         out.extend_from_slice(&self.last_records_len.to_le_bytes());
-        assert_eq!(out.len(), RUNS_AT);
         out.extend_from_slice(&self.runs.to_le_bytes());
+        out.extend_from_slice(&(self.run_bytes.len() as u32).to_le_bytes());
+        out.extend_from_slice(&crc32fast::hash(&self.run_bytes).to_le_bytes());
+        assert_eq!(out.len(), RUNS_AT);
+        let mut crc = crc32fast::Hasher::new();
+        crc.update(&out);
         out.extend_from_slice(&self.run_bytes);
+        let rest = out.len();
         assert!(self.epochs.len() <= u16::MAX as usize, "an epoch per 65,536 records at least");
         out.extend_from_slice(&(self.epochs.len() as u16).to_le_bytes());
         for (e, o) in &self.epochs {
@@ -254,7 +270,8 @@ impl SegIdx {
             out.extend_from_slice(&rel.to_le_bytes());
             out.extend_from_slice(&block.to_le_bytes());
         }
-        let crc = crc32fast::hash(&out);
+        crc.update(&out[rest..]);
+        let crc = crc.finalize();
         out.extend_from_slice(&crc.to_le_bytes());
         out
     }
@@ -268,7 +285,7 @@ impl SegIdx {
             if run.rels.last().is_some_and(|&l| l as u64 >= self.next_offset - self.first_offset) {
                 return Err(format!("run of stream {:?}: events outside the segment", run.name));
             }
-            out.push(((RUNS_AT + 4 + at) as u32, run));
+            out.push(((RUNS_AT + at) as u32, run));
             at += len;
         }
         if at != self.run_bytes.len() {
@@ -277,31 +294,41 @@ impl SegIdx {
         Ok(out)
     }
 
-    /// Decodes and checks an index file's bytes on their own (checksum, layout, every
-    /// offset and block inside the segment, batches back to back): what it says about
-    /// the segment is checked by `agrees_with`.
+    /// Decodes and checks a whole index file's bytes on their own (both checksums,
+    /// layout, every offset and block inside the segment, batches back to back, the
+    /// stream runs): what it says about the segment is checked by `agrees_with`.
     pub fn decode(b: &[u8]) -> Result<SegIdx, String> {
-        let body = checked_body(b)?;
-        let mut r = Reader(body);
+        let (head, runs, rest) = split(b)?;
+        let mut ix = SegIdx::decode_meta(head, rest)?;
+        if runs.len() != ix.runs_len as usize || crc32fast::hash(runs) != ix.runs_crc {
+            return Err("stream runs checksum mismatch".into());
+        }
+        ix.run_bytes = runs.to_vec();
+        ix.stream_runs()?; // every run whole and inside the segment
+        Ok(ix)
+    }
+
+    /// Decodes the header (`RUNS_AT` bytes) and the part after the run entries (with the
+    /// file's last checksum, which covers both): everything but the run entries.
+    fn decode_meta(head: &[u8], rest: &[u8]) -> Result<SegIdx, String> {
+        let (body, crc) = rest.split_at(rest.len().checked_sub(4).ok_or("shorter than its checksum")?);
+        let mut c = crc32fast::Hasher::new();
+        c.update(head);
+        c.update(body);
+        if head.len() != RUNS_AT || c.finalize() != u32::from_le_bytes(crc.try_into().expect("4 bytes")) {
+            return Err("checksum mismatch".into());
+        }
+        let mut r = Reader(head);
         if r.take(8)? != MAGIC {
             return Err("not a segment index (bad magic)".into());
         }
         let (first_offset, next_offset, end_pos, digest) = (r.u64()?, r.u64()?, r.u64()?, r.u64()?);
         let (last_crc, last_records_len) = (r.u32()?, r.u32()?);
+        let (runs, runs_len, runs_crc) = (r.u32()?, r.u32()?, r.u32()?);
         if next_offset < first_offset || end_pos % BLOCK != 0 {
             return Err(format!("offsets {first_offset}..{next_offset}, end byte {end_pos}: not a segment's"));
         }
-        let runs = r.u32()?;
-        let start = body.len() - r.rest();
-        let mut probe = Reader(r.0);
-        let mut len = 0usize;
-        for _ in 0..runs {
-            let (_, n) = decode_run(probe.0, u32::MAX)?;
-            probe.take(n)?;
-            len += n;
-        }
-        let run_bytes = r.take(len)?.to_vec();
-        debug_assert_eq!(start, RUNS_AT + 4);
+        let mut r = Reader(body);
         let n = r.u16()? as usize;
         let mut epochs = Vec::with_capacity(n);
         for _ in 0..n {
@@ -321,7 +348,7 @@ impl SegIdx {
         if r.rest() > 0 {
             return Err(format!("{} bytes after the last entry", r.rest()));
         }
-        let ix = SegIdx {
+        Ok(SegIdx {
             first_offset,
             next_offset,
             end_pos,
@@ -331,10 +358,10 @@ impl SegIdx {
             epochs,
             batches,
             runs,
-            run_bytes,
-        };
-        ix.stream_runs()?; // every run inside the segment
-        Ok(ix)
+            run_bytes: Vec::new(),
+            runs_len,
+            runs_crc,
+        })
     }
 
     /// Checks the index against its segment on disk without reading more than its last
@@ -354,17 +381,75 @@ impl SegIdx {
         if pos + span != self.end_pos || span != last.span {
             return Err(format!("last batch at byte {pos} does not end at byte {}", self.end_pos));
         }
+        // The header only (the batch CRC field names the bytes): a start reads no more of
+        // a sealed segment; the scrubber re-reads all of it.
         let mut r = super::segread::SegReader::open(path)?;
-        let at = r.get(pos, span as usize).map_err(|e| e.to_string())?;
-        let h = batch::decode(at).ok_or_else(|| format!("no valid batch at byte {pos}"))?;
+        let at = r.get(pos, batch::BATCH_HEADER_LEN).map_err(|e| e.to_string())?;
+        let h = batch::header_fields(at).ok_or_else(|| format!("no batch header at byte {pos}"))?;
         let want = (last.first_offset, last.count, self.last_records_len);
         if (h.first_offset, h.count, h.records_len) != want || batch::stored_crc(at) != self.last_crc {
             return Err(format!("the batch at byte {pos} is not the one the index names"));
         }
-        let recs = &at[batch::BATCH_HEADER_LEN..batch::BATCH_HEADER_LEN + h.records_len as usize];
-        corelog_client::record::verify_run(recs, h.first_offset, h.count).map_err(|e| format!("last batch: {e}"))?;
         Ok(())
     }
+}
+
+/// Splits an index file into header, run entries and the rest (`runs_len` from the
+/// header, unchecked but bounded by the file).
+fn split(b: &[u8]) -> Result<(&[u8], &[u8], &[u8]), String> {
+    if b.len() < RUNS_AT + 4 {
+        return Err("truncated".into());
+    }
+    let runs_len = u32::from_le_bytes(b[52..56].try_into().expect("4 bytes")) as usize;
+    let end = (RUNS_AT + runs_len).min(b.len() - 4);
+    Ok((&b[..RUNS_AT], &b[RUNS_AT..end], &b[end..]))
+}
+
+/// Reads `<first>.idx` in `dir` without its run entries (what a start needs): the
+/// header, then everything after the runs (None: there is no such file).
+pub fn read_meta(dir: &Path, first: u64) -> Result<Option<SegIdx>, String> {
+    use std::os::unix::fs::FileExt;
+    let path = dir.join(file_name(first));
+    let f = match std::fs::File::open(&path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(format!("open {}: {e}", path.display())),
+    };
+    let read = || -> std::io::Result<Result<SegIdx, String>> {
+        let len = f.metadata()?.len();
+        let mut head = vec![0u8; RUNS_AT];
+        if len < RUNS_AT as u64 + 4 {
+            return Ok(Err("truncated".into()));
+        }
+        f.read_exact_at(&mut head, 0)?;
+        let runs_len = u32::from_le_bytes(head[52..56].try_into().expect("4 bytes")) as u64;
+        let from = RUNS_AT as u64 + runs_len;
+        if from + 4 > len {
+            return Ok(Err("truncated".into()));
+        }
+        let mut rest = vec![0u8; (len - from) as usize];
+        f.read_exact_at(&mut rest, from)?;
+        Ok(SegIdx::decode_meta(&head, &rest))
+    };
+    match read() {
+        Ok(r) => r.map(Some).map_err(|e| format!("{}: {e}", path.display())),
+        Err(e) => Err(format!("read {}: {e}", path.display())),
+    }
+}
+
+/// Reads the run entries of an index read with `read_meta`, checked against its
+/// `runs_len` and `runs_crc`.
+pub fn read_runs(dir: &Path, ix: &mut SegIdx) -> Result<(), String> {
+    use std::os::unix::fs::FileExt;
+    let path = dir.join(file_name(ix.first_offset));
+    let f = std::fs::File::open(&path).map_err(|e| format!("open {}: {e}", path.display()))?;
+    let mut b = vec![0u8; ix.runs_len as usize];
+    f.read_exact_at(&mut b, RUNS_AT as u64).map_err(|e| format!("read {}: {e}", path.display()))?;
+    if crc32fast::hash(&b) != ix.runs_crc {
+        return Err(format!("{}: stream runs checksum mismatch", path.display()));
+    }
+    ix.run_bytes = b;
+    ix.stream_runs().map(|_| ()).map_err(|e| format!("{}: {e}", path.display()))
 }
 
 /// Writes an index file durably (blocking: call it off the executor).

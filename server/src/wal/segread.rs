@@ -74,17 +74,40 @@ impl SegReader {
         Ok(&self.buf[(pos - self.start) as usize..(end - self.start) as usize])
     }
 
-    /// True when every byte from `pos` to the end of the file is zero.
+    /// True when every byte from `pos` to the end of the file is zero. Ranges the file
+    /// system reports as holes (`next_data`: a preallocated segment's unwritten tail) are
+    /// zero without being read.
     pub fn zero_from(&mut self, pos: u64) -> Result<bool, ReadFault> {
-        let mut p = pos;
+        let mut p = self.next_data(pos);
         while p < self.len {
             let chunk = self.get(p, WINDOW)?;
             if chunk.iter().any(|b| *b != 0) {
                 return Ok(false);
             }
-            p += chunk.len() as u64;
+            let n = chunk.len() as u64;
+            p = self.next_data(p + n);
         }
         Ok(true)
+    }
+
+    /// The first position at or after `pos` that may hold data: `lseek(SEEK_DATA)`. A hole, or an extent allocated but never
+    /// written (what `fallocate` leaves and the writer has not reached), reads as zeros;
+    /// a file system that cannot tell answers `pos` itself, and the bytes are read.
+    pub fn next_data(&self, pos: u64) -> u64 {
+        use std::os::fd::AsRawFd;
+        if pos >= self.len {
+            return self.len;
+        }
+        // SAFETY: lseek on a descriptor we own; only the returned position is used (reads
+        // are positioned, the file offset does not matter).
+        let at = unsafe { libc::lseek(self.file.as_raw_fd(), pos as libc::off_t, libc::SEEK_DATA) };
+        if at >= 0 {
+            return (at as u64).max(pos).min(self.len);
+        }
+        match std::io::Error::last_os_error().raw_os_error() {
+            Some(libc::ENXIO) => self.len, // no data from `pos` to the end
+            _ => pos,
+        }
     }
 
     /// Finds the first unreadable block of a failed read, for the error message.
@@ -133,6 +156,16 @@ mod tests {
         assert!(!r.zero_from(0).unwrap());
         std::fs::write(&path, vec![0u8; 3 * WINDOW]).unwrap();
         assert!(SegReader::open(&path).unwrap().zero_from(7).unwrap());
+        // A preallocated file: data only where written; the rest is skipped, not read.
+        let f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).open(&path).unwrap();
+        // SAFETY: fallocate on a descriptor we own.
+        assert_eq!(unsafe { libc::fallocate(std::os::fd::AsRawFd::as_raw_fd(&f), 0, 0, 64 << 20) }, 0);
+        f.write_all_at(&[7u8; 4096], 8192).unwrap();
+        f.sync_all().unwrap();
+        let mut r = SegReader::open(&path).unwrap();
+        assert!(r.next_data(12288) >= 12288);
+        assert!(r.zero_from(12288).unwrap());
+        assert!(!r.zero_from(0).unwrap());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
