@@ -47,6 +47,7 @@ fn serve(mut s: TcpStream, b: Behaviour, count: &AtomicUsize, offset: &AtomicUsi
             match Request::parse(&f).unwrap() {
                 Request::Hello { .. } => Response::HelloOk {
                     version: codec::PROTOCOL_VERSION,
+                    leadership: None,
                     shard: 0,
                     shard_count: 1,
                     role: Role::Leader,

@@ -54,8 +54,8 @@ def step(err: CorelogError) -> str:
 
 class Attempts:
     """One append's attempts: budget (``failover_timeout`` from the start, or from the
-    first failure for a producer), back-off (20 ms doubling to 200 ms), and what they may
-    have left in the log."""
+    first failure for a producer), back-off (20 ms doubling to 100 ms, or the retry hint
+    of a version-3 refusal), and what they may have left in the log."""
 
     def __init__(self, cfg: ClientConfig, what: str, start: bool = True) -> None:
         self.cfg = cfg
@@ -123,16 +123,20 @@ class Attempts:
         return err
 
     async def pause(self, err: CorelogError) -> None:
-        """Sleeps the back-off before the next attempt; raises :meth:`fail` of ``err``
-        when the budget would end first."""
+        """Sleeps the back-off (or the retry hint ``err`` carries: a take-over under way,
+        ask again soon without growing the back-off) before the next attempt; raises
+        :meth:`fail` of ``err`` when the budget would end first."""
         self.start()
         assert self.deadline is not None
-        if time.monotonic() + self._backoff >= self.deadline:
+        hint = getattr(err, "hint", None)
+        hinted = hint.retry_ms / 1000 if hint is not None and hint.retry_ms > 0 else None
+        wait = self._backoff if hinted is None else hinted
+        if time.monotonic() + wait >= self.deadline:
             raise self.fail(err)
-        log.info("%s: attempt %d failed (%s); retrying in %d ms", self.what, self.sent, err,
-                 round(self._backoff * 1000))
-        await asyncio.sleep(self._backoff)
-        self._backoff = min(self._backoff * 2, _BACKOFF_MAX)
+        log.info("%s: attempt %d failed (%s); retrying in %d ms", self.what, self.sent, err, round(wait * 1000))
+        await asyncio.sleep(wait)
+        if hinted is None:
+            self._backoff = min(self._backoff * 2, _BACKOFF_MAX)
 
     def cancelled(self, fut: "Optional[asyncio.Future[Frame]]" = None,
                   parse: Optional[Callable[[Frame], Any]] = None) -> Cancelled:
