@@ -389,6 +389,9 @@ pub(crate) struct Attempts {
     budget: Duration,
     pub(crate) deadline: Option<Instant>,
     backoff: Duration,
+    /// The last retry hint a refusal gave (a take-over under way): later pauses of this
+    /// append use it too (the node is restarting: refused connections are cheap to retry).
+    hint: Option<Duration>,
     pub(crate) sent: u32,
     pub(crate) in_doubt: bool,
 }
@@ -397,7 +400,14 @@ impl Attempts {
     /// The budget starts now (`start`), or at the first failure (a producer's).
     pub(crate) fn new(cfg: &ClientConfig, start: bool) -> Attempts {
         let deadline = start.then(|| Instant::now() + cfg.failover_timeout);
-        Attempts { budget: cfg.failover_timeout, deadline, backoff: BACKOFF_START, sent: 0, in_doubt: false }
+        Attempts {
+            budget: cfg.failover_timeout,
+            deadline,
+            backoff: BACKOFF_START,
+            hint: None,
+            sent: 0,
+            in_doubt: false,
+        }
     }
 
     pub(crate) fn start(&mut self) -> Instant {
@@ -411,6 +421,20 @@ impl Attempts {
             self.in_doubt = true;
         }
         s
+    }
+
+    /// [`Attempts::failed`] for an attempt on `conn`. A connection to a follower never
+    /// writes an append (a role change restarts the node's process, so that connection
+    /// ends first): an attempt lost there was not written, and is answered as such.
+    pub(crate) fn failed_on(&mut self, conn: &Conn, e: Error) -> (Step, Error) {
+        if conn.info.role == Role::Follower && step(&e) == Step::Lost && !matches!(e, Error::Server { .. }) {
+            let why = format!(
+                "{}: a follower's connection ended before its answer ({e}); a follower writes nothing",
+                conn.addr
+            );
+            return (Step::Move, Error::Unreachable(why));
+        }
+        (self.failed(&e), e)
     }
 
     /// `e` as the call's error, with the outcome over all attempts.
@@ -431,6 +455,8 @@ impl Attempts {
             Error::Server { hint: Some(h), .. } if h.retry_ms > 0 => Some(Duration::from_millis(h.retry_ms as u64)),
             _ => None,
         };
+        let hinted = hinted.or(self.hint);
+        self.hint = hinted;
         let wait = hinted.unwrap_or(self.backoff);
         if Instant::now() + wait >= end {
             return Err(self.fail(e));
@@ -614,7 +640,9 @@ impl Conn {
             let s = seen.lock().unwrap();
             s.probe_after().zip(s.silent_limit())
         };
-        if let Some((probe_after, silent)) = limits.filter(|_| info.role == Role::Leader) {
+        // Any role: a follower answers at once, so one that goes silent is gone too (a
+        // restarting process's connections can outlive it for a while, unanswered).
+        if let Some((probe_after, silent)) = limits {
             let (waiting, kill, tx) = (waiting.clone(), kill.clone(), tx.downgrade());
             tokio::spawn(watchdog(waiting, kill, tx, probe_after, silent));
         }
@@ -955,7 +983,10 @@ impl Client {
             _ => String::new(),
         };
         let target = self.seen.lock().unwrap().after_refusal(&conn.addr, code, &named, hint, Instant::now());
-        self.move_on(conn, target).await;
+        if target != Target::Stay || !matches!(e, Error::Server { .. }) {
+            self.move_on(conn, target).await;
+        }
+        // Stay: the connection is kept; the next attempt goes on it after the pause.
     }
 
     /// Appends one event; returns its position once it is durable on every replica.
@@ -1015,7 +1046,8 @@ impl Client {
                         Ok(reply) => return Ok(reply),
                         Err(e) => e,
                     };
-                    match attempts.failed(&e) {
+                    let (step, e) = attempts.failed_on(&conn, e);
+                    match step {
                         Step::Move => self.after_refusal(&conn, &e).await,
                         Step::Lost => {
                             if !matches!(e, Error::Server { .. }) {

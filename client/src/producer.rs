@@ -290,7 +290,10 @@ impl Producer {
                     Err(e) => (Some(conn), e),
                 },
             };
-            let step = attempts.failed(&err);
+            let (step, err) = match &conn {
+                Some(c) => attempts.failed_on(c, err),
+                None => (attempts.failed(&err), err),
+            };
             if step == Step::Stop || matches!(err, Error::Invalid(_)) {
                 return Err(attempts.fail(err));
             }

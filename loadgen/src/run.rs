@@ -317,7 +317,8 @@ async fn executor(cfg: RunConfig, g: Arc<Global>, first: usize, share: usize) ->
                     match connect(&cfg, i, 0, &local.seen).await {
                         Ok((r, w, alt, hello)) => {
                             g.connected.fetch_add(1, Ordering::Relaxed);
-                            conns.borrow_mut().push(Link { r, w, i, alt, home: hello.home, epoch: hello.epoch });
+                            let (home, role, epoch) = (hello.home, hello.role, hello.epoch);
+                            conns.borrow_mut().push(Link { r, w, i, alt, home, role, epoch });
                         }
                         Err(e) => {
                             if g.connect_failures.fetch_add(1, Ordering::Relaxed) < 3 {
@@ -631,7 +632,8 @@ struct Link {
     alt: usize,
     /// (shard, shard count) from the server's `HelloOk`.
     home: (u16, u16),
-    /// The epoch its `HelloOk` said.
+    /// The role and epoch its `HelloOk` said.
+    role: Role,
     epoch: u32,
 }
 
@@ -646,9 +648,10 @@ async fn reconnect(
     (wait, backoff): (Option<Duration>, &mut Duration),
     until: Instant,
 ) -> bool {
-    let mut wait = wait;
     loop {
-        match wait.take() {
+        // A hint (a take-over under way) paces every retry: the node is restarting, and a
+        // refused connection is cheap.
+        match wait {
             Some(w) => glommio::timer::sleep(w).await,
             None => {
                 glommio::timer::sleep(*backoff).await;
@@ -659,7 +662,7 @@ async fn reconnect(
             return false;
         }
         if let Ok((r, w, alt, hello)) = connect(cfg, c.i, from, seen).await {
-            *c = Link { r, w, i: c.i, alt, home: hello.home, epoch: hello.epoch };
+            *c = Link { r, w, i: c.i, alt, home: hello.home, role: hello.role, epoch: hello.epoch };
             return true;
         }
     }
@@ -770,8 +773,12 @@ async fn drive(
                         if !cfg.failover {
                             return None;
                         }
-                        move_to = Some(after_refusal(&c, &cfg, &local.seen, (code, &message, hint)));
                         wait = hint.filter(|h| h.retry_ms > 0).map(|h| Duration::from_millis(h.retry_ms as u64));
+                        match after_refusal(&c, &cfg, &local.seen, (code, &message, hint)) {
+                            Some(to) => move_to = Some(to),
+                            // The same node again, on this connection, after the pause.
+                            None => glommio::timer::sleep(wait.unwrap_or(backoff)).await,
+                        }
                     }
                 }
                 Ok(Answer::Probe { .. } | Answer::Other) | Err(NoAnswer::Timeout) => {
@@ -787,7 +794,10 @@ async fn drive(
                         bump(&local.timeouts);
                         return None;
                     }
-                    bump(&local.unknown);
+                    // A follower writes nothing (a role change restarts its process).
+                    if c.role != Role::Follower {
+                        bump(&local.unknown);
+                    }
                     move_to = Some(c.alt + 1);
                 }
             }
@@ -806,8 +816,9 @@ async fn drive(
 }
 
 /// Failover: the alternative to reconnect to after a refusal (`Seen::after_refusal`):
-/// the leader named if it is one of the targets, the same node, or the next one.
-fn after_refusal(c: &Link, cfg: &RunConfig, seen: &RefCell<Seen>, refusal: (u16, &str, Option<Hint>)) -> usize {
+/// the leader named if it is one of the targets, or the next one; None: the same node,
+/// on the same connection.
+fn after_refusal(c: &Link, cfg: &RunConfig, seen: &RefCell<Seen>, refusal: (u16, &str, Option<Hint>)) -> Option<usize> {
     let (code, named, hint) = refusal;
     let n = cfg.targets.len();
     let at = cfg.targets[c.alt % n].to_string();
@@ -816,10 +827,10 @@ fn after_refusal(c: &Link, cfg: &RunConfig, seen: &RefCell<Seen>, refusal: (u16,
     match seen.borrow_mut().after_refusal(&at, code, named, hint, Instant::now()) {
         Target::Named(a) => {
             let t = a.parse::<SocketAddr>().ok().and_then(|a| cfg.targets.iter().position(|t| *t == a));
-            t.unwrap_or(c.alt + 1)
+            Some(t.unwrap_or(c.alt + 1))
         }
-        Target::Stay => c.alt,
-        Target::Other => c.alt + 1,
+        Target::Stay => None,
+        Target::Other => Some(c.alt + 1),
     }
 }
 

@@ -335,6 +335,40 @@ fn stall(h: &History, from_us: u64, to_us: u64) -> Option<(u64, u64)> {
     window.windows(2).map(|w| (w[0], w[1])).max_by_key(|(a, b)| b - a)
 }
 
+/// Seconds since midnight UTC of a log line's timestamp (`YYYY-MM-DDTHH:MM:SS.ffffffZ`).
+fn log_secs(line: &str) -> Option<f64> {
+    let t = line.split_whitespace().next()?.split_once('T')?.1.trim_end_matches('Z');
+    let mut f = t.split(':');
+    let (h, m, s) = (f.next()?.parse::<f64>().ok()?, f.next()?.parse::<f64>().ok()?, f.next()?.parse::<f64>().ok()?);
+    Some(h * 3600.0 + m * 60.0 + s)
+}
+
+/// The new leader's side of the last take-over after `fault` (its log, UTC): when it
+/// claimed the term, re-executed, and its new image led and was ready, in ms from the
+/// fault.
+fn takeover_timeline(log: &str, fault: std::time::SystemTime) -> String {
+    let d = fault.duration_since(std::time::UNIX_EPOCH).expect("after 1970").as_secs_f64() % 86_400.0;
+    let steps = [
+        ("claimed", "took over as leader"),
+        ("re-exec", "re-executing"),
+        ("led", "leading in epoch"),
+        ("ready", "ready: role"),
+    ];
+    let mut at = Vec::new();
+    let lines: Vec<&str> = log.lines().filter(|l| log_secs(l).is_some_and(|t| t >= d)).collect();
+    let mut from = 0;
+    for (name, what) in steps {
+        match lines[from..].iter().position(|l| l.contains(what)) {
+            Some(i) => {
+                from += i;
+                at.push(format!("{name} {:+.0} ms", (log_secs(lines[from]).expect("filtered") - d) * 1000.0));
+            }
+            None => at.push(format!("{name} ?")),
+        }
+    }
+    format!("new leader: {}", at.join(", "))
+}
+
 /// Every fault kind under a recorded closed-loop load, in network namespaces (a netns
 /// cluster: clients reach both nodes; a cut is the node's links to etcd and to its peer):
 /// leader kill -9, leader SIGSTOP (2–4 s), leader cut from etcd and follower (3 s),
@@ -357,8 +391,10 @@ fn every_fault_kind_resumes_writes() {
     let trials: usize = env_or("CORELOG_FAULT_TRIALS", "1").parse().expect("CORELOG_FAULT_TRIALS");
     let client = env_or("CORELOG_FAULT_CLIENT", "rust");
     let conns: usize = env_or("CORELOG_FAULT_CONNS", "16").parse().expect("CORELOG_FAULT_CONNS");
-    let Some(mut c) = netns_cluster("fault_kinds") else { return };
     for kind in kinds {
+        // A cluster of its own per kind: every kind starts from the same (empty) logs, so
+        // that a kind measured later does not pay for a longer recovery scan.
+        let Some(mut c) = netns_cluster(&format!("fault_kinds_{}", kind.name().replace('-', "_"))) else { return };
         c.wait_pair(Duration::from_secs(60));
         let load = c.load_of(&client, &kind.name().replace('-', "_"), conns);
         load.run_for(Duration::from_secs(1), 200, "before the first fault");
@@ -369,7 +405,7 @@ fn every_fault_kind_resumes_writes() {
             let (v, peer) = (HOSTS[victim], HOSTS[1 - victim]);
             let old = epoch(&health(&c.nodes[leader]));
             load.run_for(Duration::from_millis(300), 50, "before the fault");
-            let (t0, from_us) = (std::time::Instant::now(), load.now_us());
+            let (t0, from_us, wall) = (std::time::Instant::now(), load.now_us(), std::time::SystemTime::now());
             match kind {
                 Fault::LeaderKill | Fault::FollowerKill => c.nodes[victim].kill9(),
                 Fault::LeaderStop => common::signal(&c.nodes[victim], libc::SIGSTOP),
@@ -398,6 +434,13 @@ fn every_fault_kind_resumes_writes() {
             };
             assert_eq!(now, if kind.on_leader() { 1 - leader } else { leader }, "{}: who leads", kind.name());
             load.run_for(Duration::from_millis(300), 50, "after the fault");
+            if kind.on_leader() {
+                eprintln!(
+                    "fault {} trial {k}: {}",
+                    kind.name(),
+                    takeover_timeline(&c.nodes[1 - leader].log_text(), wall)
+                );
+            }
             faults.push((from_us, to_us));
         }
         let h = load.finish();
@@ -424,6 +467,19 @@ fn every_fault_kind_resumes_writes() {
             ms.push((b - a) / 1000);
         }
         ms.sort_unstable();
+        let mut why: Vec<&str> = h
+            .ops
+            .iter()
+            .filter_map(|o| match &o.result {
+                OpResult::Failed(e) | OpResult::Unknown(e) => Some(e.as_str()),
+                OpResult::Ok(_) => None,
+            })
+            .collect();
+        why.sort_unstable();
+        why.dedup_by_key(|e| e.split(':').next().unwrap_or_default().to_string());
+        eprintln!("fault kind {}: outcomes other than ok, e.g. {:?}", kind.name(), &why[..why.len().min(4)]);
+        let records: usize = c.read(leader).values().map(Vec::len).sum();
+        eprintln!("fault kind {}: {records} records in the log at the end", kind.name());
         eprintln!(
             "fault kind {} over {} trials ({client} client, {conns} connections): writes resumed after p50 {} ms, max {} ms (all: {ms:?}); {} ok, {} unknown, {} failed",
             kind.name(),

@@ -112,6 +112,12 @@ impl Etcd {
 
     /// Runs `ops` if every comparison holds; returns whether it did.
     pub fn txn(&mut self, cmps: &[Cmp], ops: &[Op]) -> Result<bool, String> {
+        self.txn_at(cmps, ops).map(|r| r.is_some())
+    }
+
+    /// [`Etcd::txn`]; `Some(revision)` when it ran: the store's revision it created (the
+    /// `mod_revision` of every key it put).
+    pub fn txn_at(&mut self, cmps: &[Cmp], ops: &[Op]) -> Result<Option<i64>, String> {
         let compare: Vec<Value> = cmps
             .iter()
             .map(|c| match c {
@@ -137,7 +143,8 @@ impl Etcd {
         if let Some(e) = v.get("error").or_else(|| v.get("message")) {
             return Err(format!("txn refused: {e}"));
         }
-        Ok(v.get("succeeded").and_then(Value::as_bool).unwrap_or(false))
+        let ran = v.get("succeeded").and_then(Value::as_bool).unwrap_or(false);
+        Ok(ran.then(|| num(v.get("header").and_then(|h| h.get("revision")))))
     }
 
     /// A new lease of `ttl_s` seconds; returns its id.

@@ -37,8 +37,9 @@ use corelog_client::codec::LeaderState;
 use etcd::{Cmp, Etcd, Op};
 use term::{Alive, Start, Term, View, Watch};
 
-/// Tick of the coordinator loop (term re-read, heartbeat watch, in-sync checks).
-const TICK: Duration = Duration::from_millis(50);
+/// Tick of the coordinator loop (term re-read, heartbeat watch, in-sync checks): a
+/// follower sees a silent lease this much late at most.
+const TICK: Duration = Duration::from_millis(25);
 /// How long after a lost replication link the coordinator keeps probing whether the
 /// peer's process is gone (see `follow`, `follower_gone`).
 const PROBE_WINDOW: Duration = Duration::from_millis(300);
@@ -116,6 +117,9 @@ pub struct Coordinator {
     said: std::collections::HashMap<&'static str, (String, Instant)>,
     /// etcd's revision at the last read.
     revision: i64,
+    /// When this node's claim of the term was sent (it is a beat too: its lease starts
+    /// there).
+    claimed_at: Option<Instant>,
 }
 
 impl Coordinator {
@@ -144,6 +148,7 @@ impl Coordinator {
             expanding: None,
             said: Default::default(),
             revision: 0,
+            claimed_at: None,
         };
         loop {
             match c.try_start() {
@@ -244,7 +249,14 @@ impl Coordinator {
             Op::Put { key: &lk, value: &me, lease: self.lease },
             Op::Put { key: &ak, value: &beat, lease: 0 },
         ];
-        self.etcd.txn(&cmps, &ops)
+        let sent = Instant::now();
+        match self.etcd.txn_at(&cmps, &ops)? {
+            Some(rev) => {
+                (self.term_rev, self.claimed_at) = (rev, Some(sent));
+                Ok(true)
+            }
+            None => Ok(false),
+        }
     }
 
     /// The leader's heartbeat: holds only while the term is the one last read and the
@@ -263,7 +275,13 @@ impl Coordinator {
         let value = Term { isr, ..t.clone() }.encode();
         let me = self.cfg.node_id.clone();
         let cmps = [Cmp::ModRev(&tk, self.term_rev), Cmp::Value(&lk, &me)];
-        self.etcd.txn(&cmps, &[Op::Put { key: &tk, value: &value, lease: 0 }])
+        match self.etcd.txn_at(&cmps, &[Op::Put { key: &tk, value: &value, lease: 0 }])? {
+            Some(rev) => {
+                self.term_rev = rev; // the next beat compares it
+                Ok(true)
+            }
+            None => Ok(false),
+        }
     }
 
     /// Runs for the life of this incarnation; never returns (it re-executes the process).
@@ -282,9 +300,9 @@ impl Coordinator {
         let (mut next_renew, mut next_beat) = (Instant::now(), Instant::now());
         let mut lapsed = None;
         let mut compact = (Instant::now() + COMPACT_EVERY, 0);
-        // The claim's transaction changed the term: its revision first.
-        if let Err(e) = self.read() {
-            self.note("etcd", &format!("etcd unreachable: {e}"));
+        // The claim was a beat: acknowledge from here (the shards may still be recovering).
+        if let Some(at) = self.claimed_at {
+            ctl.set_lease_until(at + self.cfg.lease.saturating_sub(self.cfg.margin()));
         }
         loop {
             let now = Instant::now();
@@ -366,7 +384,6 @@ impl Coordinator {
                     "coordinator: DEGRADED: follower {peer} {why}: removed from the in-sync set of epoch {}; acknowledging on this node's fsync alone",
                     t.epoch
                 );
-                let _ = self.read(); // the term's new revision, for the next beat
             }
             return Ok(());
         }
@@ -407,7 +424,6 @@ impl Coordinator {
                 if self.set_isr(t, isr.clone())? {
                     gauges(&Term { isr, ..t.clone() }, true, false);
                     log::info!("coordinator: follower {peer} caught up: back in the in-sync set of epoch {}; acknowledging on both fsyncs", t.epoch);
-                    let _ = self.read(); // the term's new revision, for the next beat
                 } else {
                     ctl.set_solo(solo_allowed);
                 }
@@ -512,8 +528,11 @@ impl Coordinator {
 }
 
 /// The peer's replication port refuses connections (nobody listens: its process is gone).
+/// A live host refuses at once; one that does not answer within a tick (cut off, far
+/// away) is not judged here — the heartbeat or `--isr-timeout-ms` decides — and the
+/// coordinator's loop is not held up.
 fn refuses(addr: SocketAddr) -> bool {
-    matches!(TcpStream::connect_timeout(&addr, Duration::from_millis(100)),
+    matches!(TcpStream::connect_timeout(&addr, TICK),
         Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused)
 }
 

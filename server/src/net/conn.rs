@@ -274,12 +274,12 @@ fn leadership(shard: &Shard) -> Leadership {
 }
 
 /// The hint a version-3 refusal carries: the newest epoch known, whether a leader holds
-/// a live lease, and — when none does — how soon to ask again (an eighth of the lease:
-/// a take-over is under way).
+/// a live lease, and — when none does — how soon to ask again (a sixteenth of the lease:
+/// a take-over is under way, and the new leader is ready a few such steps later).
 fn hint(shard: &Shard) -> Hint {
     let l = leadership(shard);
     let retry_ms = match l.state {
-        LeaderState::Lapsed => (l.lease_ms / 8).clamp(10, 200) as u16,
+        LeaderState::Lapsed => (l.lease_ms / 16).clamp(10, 200) as u16,
         _ => 0,
     };
     Hint { epoch: l.epoch, state: l.state, retry_ms }

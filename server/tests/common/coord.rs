@@ -458,9 +458,10 @@ pub fn read_history(path: &Path, tag: &str) -> History {
 
 fn op_of_line(line: &str) -> Op {
     let parsed = || -> Option<Op> {
-        let f: Vec<&str> = line.splitn(8, ' ').collect();
+        // op CONN SEQ INVOKE_US DONE_US PAYLOAD RESULT…
+        let f: Vec<&str> = line.splitn(7, ' ').collect();
         let n = |i: usize| f.get(i)?.parse::<u64>().ok();
-        let (kind, rest) = f.get(7)?.split_once(' ').unwrap_or((f.get(7)?, ""));
+        let (kind, rest) = f.get(6)?.split_once(' ').unwrap_or((f.get(6)?, ""));
         let result = match kind {
             "ok" => {
                 let (s, o) = rest.split_once(' ')?;
@@ -470,8 +471,8 @@ fn op_of_line(line: &str) -> Op {
             "unknown" => OpResult::Unknown(rest.into()),
             _ => return None,
         };
-        let payload = f.get(6)?.as_bytes().to_vec();
-        Some(Op { conn: n(2)? as u32, seq: n(3)?, payload, invoke_us: n(4)?, done_us: n(5)?, result })
+        let payload = f.get(5)?.as_bytes().to_vec();
+        Some(Op { conn: n(1)? as u32, seq: n(2)?, payload, invoke_us: n(3)?, done_us: n(4)?, result })
     };
     parsed().unwrap_or_else(|| panic!("bad history line {line:?}"))
 }

@@ -190,6 +190,8 @@ class Client:
                 except ValueError:
                     named = ""
         where, to = self._seen.after_refusal(conn.addr, code, named, getattr(err, "hint", None), time.monotonic())
+        if where == STAY and isinstance(err, ServerError) and not conn.closed:
+            return  # the connection is kept: the next attempt goes on it after the pause
         self._move_on(conn, to if where in (NAMED, STAY) else None, shard_addr=False)
 
     def _move_on(self, old: Connection, to: Optional[str] = None, shard_addr: bool = True) -> None:
@@ -240,7 +242,7 @@ class Client:
                             return parse(await conn.wait(fut, self.config.request_timeout))
                         except CorelogError as e:
                             err = e
-                        what = attempts.answered(err)
+                        what, err = attempts.answered_on(conn, err)
                         if what == LOST:
                             if not isinstance(err, ServerError):
                                 self._move_on(conn)  # the connection broke or hangs

@@ -12,7 +12,7 @@ import time
 from typing import Any, Awaitable, Dict, List, Optional, Tuple, TypeVar, Union
 
 from . import codec
-from .codec import ErrorCode, Frame, FrameDecoder, Hello, HelloOk, Record, Role
+from .codec import ErrorCode, Frame, FrameDecoder, Hello, HelloOk, Record
 from .errors import (
     Abandoned, ConfigError, ConnectionClosed, CorelogError, InvalidArgument, NotSent, ProtocolError, RequestTimeout,
     error_for_code,
@@ -200,7 +200,8 @@ class Connection:
         self._watch: "Optional[asyncio.Future[None]]" = None
         if seen is not None:
             seen.learn(info.leadership)
-            if seen.probe_after() is not None and info.role == Role.LEADER:
+            # Any role: a follower answers at once, so one that goes silent is gone too.
+            if seen.probe_after() is not None:
                 self._watch = asyncio.ensure_future(self._watchdog())
 
     @classmethod

@@ -252,7 +252,10 @@ class Producer:
                         return parse(await conn.wait(fut, cfg.request_timeout))
                     except CorelogError as e:
                         err = e
-                what = attempts.answered(err)
+                if conn is not None:
+                    what, err = attempts.answered_on(conn, err)
+                else:
+                    what = attempts.answered(err)
                 if what == STOP:
                     raise attempts.fail(err)
                 self._failed.add(seq)

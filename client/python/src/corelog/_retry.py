@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Tuple
 
-from .codec import Frame
+from .codec import Frame, Role
 from .errors import (
     NOT_WRITTEN, UNKNOWN, WRITTEN, Cancelled, ConnectionClosed, CorelogError, Fenced, NotLeader, NotSent,
-    OutcomeUnknown, Overloaded, ReplicationTimeout, RequestTimeout, SequenceGap, ShuttingDown, Unavailable,
-    UnknownProducer, Unreachable,
+    OutcomeUnknown, Overloaded, ReplicationTimeout, RequestTimeout, SequenceGap, ServerError, ShuttingDown,
+    Unavailable, UnknownProducer, Unreachable,
 )
 from .types import ClientConfig
 from ._connection import _BACKOFF_MAX, _BACKOFF_START, log
@@ -62,6 +62,9 @@ class Attempts:
         self.what = what
         self.deadline: Optional[float] = time.monotonic() + cfg.failover_timeout if start else None
         self._backoff = _BACKOFF_START
+        #: The last retry hint a refusal gave (a take-over under way): later pauses of
+        #: this append use it too.
+        self._hint: Optional[float] = None
         #: Attempts handed to a connection.
         self.sent = 0
         #: Some attempt got no definite answer: it may be in the log.
@@ -103,6 +106,16 @@ class Attempts:
             self.in_doubt = True
         return s
 
+    def answered_on(self, conn: Any, err: CorelogError) -> Tuple[str, CorelogError]:
+        """:meth:`answered` for an attempt on ``conn``. A connection to a follower never
+        writes an append (a role change restarts the node's process, so that connection
+        ends first): an attempt lost there was not written, and is answered as such."""
+        if conn.info.role == Role.FOLLOWER and step(err) == LOST and not isinstance(err, ServerError):
+            self.flying = False
+            return MOVE, Unreachable(f"{conn.addr}: a follower's connection ended before its answer ({err}); "
+                                     "a follower writes nothing")
+        return self.answered(err), err
+
     def outcome(self, err: Optional[CorelogError] = None) -> str:
         """The call's outcome if it ended now with ``err`` (``None``: cancelled)."""
         own = err.outcome if err is not None else (UNKNOWN if self.flying else NOT_WRITTEN)
@@ -129,7 +142,8 @@ class Attempts:
         self.start()
         assert self.deadline is not None
         hint = getattr(err, "hint", None)
-        hinted = hint.retry_ms / 1000 if hint is not None and hint.retry_ms > 0 else None
+        hinted = hint.retry_ms / 1000 if hint is not None and hint.retry_ms > 0 else self._hint
+        self._hint = hinted
         wait = self._backoff if hinted is None else hinted
         if time.monotonic() + wait >= self.deadline:
             raise self.fail(err)
