@@ -16,16 +16,26 @@
 //!
 //! Several nodes: `Client::connect("A,B", cfg)` connects to the first that answers (in
 //! order). An append follows leadership by itself for up to
-//! `ClientConfig::with_failover_timeout` (default 5 s, back-off 20 ms doubling to 200 ms):
-//! on `NotLeader` it goes to the node the answer names (even one not in the list) or, when
-//! the message is empty, to the next address; on `Unavailable`/`Fenced` or when no
-//! connection could be opened or the request could not be handed to one, it tries the
+//! `ClientConfig::with_failover_timeout` (default 5 s, back-off 20 ms doubling to 100 ms,
+//! or the retry hint a refusal gives) by the rules of docs/protocol.md §6.3
+//! (`leadership.rs`): it remembers the highest epoch any answer showed and never uses a
+//! node that leads an older one, whose lease has lapsed, or that went silent while
+//! leading; on `NotLeader` it goes to the node the answer names (even one not in the
+//! list) unless that name is stale or went silent — then, like when no node holds a live
+//! lease, it asks the same node again after the hint; on `Unavailable`/`Fenced` or when
+//! no connection could be opened or the request could not be handed to one, it tries the
 //! next address — all cases where nothing was written, so the retry is safe. When a
 //! connection breaks after the request was sent and before its answer, the append fails
 //! with an error whose [`Error::outcome`] is [`Outcome::Unknown`] and is **not** retried
 //! (a retry could store the event twice); the next call reconnects. `OutcomeUnknown` and
-//! `ReplicationTimeout` answers are unknown outcomes too. A request unanswered for
-//! `with_request_timeout` (default 30 s) fails as unknown and drops its connection.
+//! `ReplicationTimeout` answers are unknown outcomes too. Against nodes that advertise a
+//! lease (coordinator mode), a connection on which a request has waited half a lease
+//! with nothing received is probed (a `Hello`, answered at once by a live node); silent
+//! for a whole lease, or answering that it no longer leads with a live lease, it is
+//! abandoned: what waits there fails as [`Error::Abandoned`] (unknown outcome) and the
+//! node is not tried again until a newer epoch shows or its suspicion expires. A request
+//! unanswered for `with_request_timeout` (default 30 s) fails as unknown and drops its
+//! connection.
 //!
 //! [`Error::outcome`] classifies any failed append, over all its attempts
 //! (docs/protocol.md §6). [`Outcome::NotWritten`]: no attempt of it can be in the log, now
@@ -54,22 +64,28 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, Mutex};
 
-use crate::codec::{self, decode_frame, ErrorCode, Request, Response, Role, PROTOCOL_VERSION};
+use crate::codec::{self, decode_frame, ErrorCode, Hint, Leadership, Request, Response, Role, PROTOCOL_VERSION};
+use crate::leadership::{Seen, Target, PROBE_ID};
 use crate::record::Records;
 use crate::tls;
 
 /// Requests one connection may have queued toward its writer.
 const MAX_QUEUED_REQUESTS: usize = 4096;
+/// Back-off between attempts: from 20 ms, doubling, at most 100 ms.
+const BACKOFF_START: Duration = Duration::from_millis(20);
+const BACKOFF_MAX: Duration = Duration::from_millis(100);
 
 #[derive(Debug)]
 pub enum Error {
     Io(std::io::Error),
     Tls(String),
     Codec(codec::CodecError),
-    /// The server answered with an error frame.
+    /// The server answered with an error frame (`hint`: a version-3 refusal's, see
+    /// docs/protocol.md §6.3).
     Server {
         code: u16,
         message: String,
+        hint: Option<Hint>,
     },
     /// The connection closed before the answer arrived (the request may have been sent:
     /// outcome unknown for an append).
@@ -81,6 +97,11 @@ pub enum Error {
     NotSent,
     /// No answer within the request timeout (outcome unknown for an append).
     Timeout(Duration),
+    /// The connection was given up while the request waited: its node went silent for
+    /// a whole lease, or answered a probe that it no longer leads with a live lease. It
+    /// cannot acknowledge the request any more within its lease; the request may still
+    /// be in its log (outcome unknown).
+    Abandoned(String),
     /// An idempotent producer refuses appends after one failed for good (nothing sent).
     ProducerStopped(String),
     /// A stream append's expected version did not hold: nothing was written. `current`
@@ -161,7 +182,7 @@ impl std::fmt::Display for Error {
             Error::Io(e) => write!(f, "i/o: {e}"),
             Error::Tls(e) => write!(f, "tls: {e}"),
             Error::Codec(e) => write!(f, "protocol: {e}"),
-            Error::Server { code, message } => {
+            Error::Server { code, message, .. } => {
                 let name = ErrorCode::from_u16(*code).map(|c| format!("{c:?}")).unwrap_or_default();
                 write!(f, "server error {code} {name}: {message}")
             }
@@ -170,6 +191,7 @@ impl std::fmt::Display for Error {
             Error::Unreachable(m) => write!(f, "no node reachable: {m}"),
             Error::NotSent => write!(f, "connection closed before the request was sent"),
             Error::Timeout(d) => write!(f, "no answer within {d:?}"),
+            Error::Abandoned(why) => write!(f, "connection abandoned while the request waited: {why}"),
             Error::ProducerStopped(m) => write!(f, "{m}"),
             Error::WrongExpectedVersion { message, .. } => write!(f, "server error 21 WrongExpectedVersion: {message}"),
             Error::OutOfRange { message, .. } => write!(f, "server error 7 OutOfRange: {message}"),
@@ -223,6 +245,8 @@ pub struct ServerInfo {
     pub shard_count: u16,
     pub role: Role,
     pub epoch: u32,
+    /// The node's view of leadership (protocol version 3; `None` from older servers).
+    pub leadership: Option<Leadership>,
 }
 
 /// How to reach a server: mTLS (the default) or plaintext (`--insecure` servers only).
@@ -346,7 +370,7 @@ pub(crate) fn step(e: &Error) -> Step {
     use ErrorCode::*;
     match e {
         Error::Unreachable(_) | Error::NotSent | Error::Tls(_) => Step::Move,
-        Error::Io(_) | Error::Closed | Error::Timeout(_) => Step::Lost,
+        Error::Io(_) | Error::Closed | Error::Timeout(_) | Error::Abandoned(_) => Step::Lost,
         Error::Server { .. } => match e.code() {
             Some(NotLeader | Unavailable | Fenced | ShuttingDown | Overloaded) => Step::Move,
             Some(OutcomeUnknown | ReplicationTimeout) => Step::Lost,
@@ -358,12 +382,16 @@ pub(crate) fn step(e: &Error) -> Step {
 }
 
 /// One append's attempts, the one retry path of plain appends, stream appends and
-/// producers: the failover budget, the back-off (20 ms doubling to 200 ms), and whether
-/// an attempt may have landed (then the call can no longer say `NotWritten`).
+/// producers: the failover budget, the back-off (20 ms doubling to 100 ms, or a refusal's
+/// retry hint), and whether an attempt may have landed (then the call can no longer say
+/// `NotWritten`).
 pub(crate) struct Attempts {
     budget: Duration,
     pub(crate) deadline: Option<Instant>,
     backoff: Duration,
+    /// The last retry hint a refusal gave (a take-over under way): later pauses of this
+    /// append use it too (the node is restarting: refused connections are cheap to retry).
+    hint: Option<Duration>,
     pub(crate) sent: u32,
     pub(crate) in_doubt: bool,
 }
@@ -375,7 +403,8 @@ impl Attempts {
         Attempts {
             budget: cfg.failover_timeout,
             deadline,
-            backoff: Duration::from_millis(20),
+            backoff: BACKOFF_START,
+            hint: None,
             sent: 0,
             in_doubt: false,
         }
@@ -394,6 +423,20 @@ impl Attempts {
         s
     }
 
+    /// [`Attempts::failed`] for an attempt on `conn`. A connection to a follower never
+    /// writes an append (a role change restarts the node's process, so that connection
+    /// ends first): an attempt lost there was not written, and is answered as such.
+    pub(crate) fn failed_on(&mut self, conn: &Conn, e: Error) -> (Step, Error) {
+        if conn.info.role == Role::Follower && step(&e) == Step::Lost && !matches!(e, Error::Server { .. }) {
+            let why = format!(
+                "{}: a follower's connection ended before its answer ({e}); a follower writes nothing",
+                conn.addr
+            );
+            return (Step::Move, Error::Unreachable(why));
+        }
+        (self.failed(&e), e)
+    }
+
     /// `e` as the call's error, with the outcome over all attempts.
     pub(crate) fn fail(&self, e: Error) -> Error {
         if self.in_doubt && e.outcome() == Outcome::NotWritten {
@@ -403,14 +446,25 @@ impl Attempts {
         }
     }
 
-    /// Sleeps the back-off; `Err` (the call's error) when the budget would end first.
+    /// Sleeps the back-off, or the retry hint `e` carries (a take-over under way: ask
+    /// again soon, without growing the back-off); `Err` (the call's error) when the
+    /// budget would end first.
     pub(crate) async fn pause(&mut self, e: Error) -> Result<(), Error> {
         let end = self.start();
-        if Instant::now() + self.backoff >= end {
+        let hinted = match &e {
+            Error::Server { hint: Some(h), .. } if h.retry_ms > 0 => Some(Duration::from_millis(h.retry_ms as u64)),
+            _ => None,
+        };
+        let hinted = hinted.or(self.hint);
+        self.hint = hinted;
+        let wait = hinted.unwrap_or(self.backoff);
+        if Instant::now() + wait >= end {
             return Err(self.fail(e));
         }
-        tokio::time::sleep(self.backoff).await;
-        self.backoff = (self.backoff * 2).min(Duration::from_millis(200));
+        tokio::time::sleep(wait).await;
+        if hinted.is_none() {
+            self.backoff = (self.backoff * 2).min(BACKOFF_MAX);
+        }
         Ok(())
     }
 }
@@ -426,7 +480,10 @@ impl Reply {
     pub(crate) fn response(&self) -> Result<Response<'_>, Error> {
         let f = codec::Frame { op: self.op, req_id: 0, body: &self.body };
         match Response::parse(&f).map_err(Error::Codec)? {
-            Response::Error { code, message } => Err(Error::Server { code, message: message.to_string() }),
+            Response::Error { code, message } => Err(Error::Server { code, message: message.to_string(), hint: None }),
+            Response::Refusal { code, message, hint } => {
+                Err(Error::Server { code, message: message.to_string(), hint: Some(hint) })
+            }
             Response::WrongVersion { current, message } => {
                 Err(Error::WrongExpectedVersion { current, message: message.to_string() })
             }
@@ -438,7 +495,12 @@ impl Reply {
 
 struct Cmd {
     frame: Vec<u8>,
-    reply: oneshot::Sender<Result<Reply, Error>>,
+    /// `None`: a probe (a `Hello` with `PROBE_ID`), answered out of turn.
+    reply: Option<oneshot::Sender<Result<Reply, Error>>>,
+    /// An append: the watchdog may probe and abandon the connection while it waits. A
+    /// read holds the node's reading of the connection (a probe is answered after it),
+    /// so while one waits the watchdog waits too.
+    watch: bool,
 }
 
 /// Reads whole frames from a stream, keeping leftovers between calls.
@@ -473,31 +535,53 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
     }
 }
 
-/// Requests sent and not yet answered, in order. `closed` is set by the reader when it
-/// stops: from then on the writer answers new requests with `Closed` itself (otherwise
-/// a request queued just after the reader's final drain would wait forever).
+/// Where a request's answer goes.
+type Waiter = oneshot::Sender<Result<Reply, Error>>;
+
+/// Requests sent and not yet answered, in order (each with when it was handed to the
+/// socket). `closed` is set by the reader when it stops: from then on the writer
+/// answers new requests with `Closed` itself (otherwise a request queued just after the
+/// reader's final drain would wait forever).
 #[derive(Default)]
 struct Waiting {
-    queue: VecDeque<(u64, oneshot::Sender<Result<Reply, Error>>)>,
+    queue: VecDeque<(u64, Instant, Waiter, bool)>,
     closed: bool,
+    /// When the last frame arrived (None: none since the `HelloOk`).
+    heard: Option<Instant>,
+    /// A probe was sent then and nothing has arrived since.
+    probing: Option<Instant>,
+    /// Why the connection was given up (what still waits fails as `Abandoned`).
+    abandoned: Option<String>,
 }
 
-/// One connection: a writer task and a reader task matching answers to requests in order.
+/// One connection: a writer task and a reader task matching answers to requests in
+/// order, and — against nodes that advertise a lease — a watchdog that probes and
+/// abandons it when it goes silent (see the module docs).
 pub(crate) struct Conn {
     tx: mpsc::Sender<Cmd>,
     pub(crate) info: ServerInfo,
+    /// The address it was opened to.
+    pub(crate) addr: String,
 }
 
 impl Conn {
-    /// Connects, handshakes and says Hello, all within the connect timeout.
-    async fn open(addr: &str, cfg: &ClientConfig) -> Result<Conn, Error> {
-        match tokio::time::timeout(cfg.connect_timeout, Conn::open_now(addr, cfg)).await {
+    /// Connects, handshakes and says Hello, all within `timeout`.
+    async fn open(
+        addr: &str,
+        cfg: &ClientConfig,
+        timeout: Duration,
+        seen: Arc<std::sync::Mutex<Seen>>,
+    ) -> Result<Conn, Error> {
+        match tokio::time::timeout(timeout, Conn::open_now(addr, cfg, seen)).await {
             Ok(r) => r,
-            Err(_) => Err(Error::Io(std::io::Error::new(std::io::ErrorKind::TimedOut, "no HelloOk in time"))),
+            Err(_) => Err(Error::Io(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no HelloOk within {timeout:?}"),
+            ))),
         }
     }
 
-    async fn open_now(addr: &str, cfg: &ClientConfig) -> Result<Conn, Error> {
+    async fn open_now(addr: &str, cfg: &ClientConfig, seen: Arc<std::sync::Mutex<Seen>>) -> Result<Conn, Error> {
         let stream = open(addr, cfg).await?;
         let (r, mut w) = tokio::io::split(stream);
         let mut reader = FrameReader::new(r);
@@ -506,12 +590,16 @@ impl Conn {
         w.write_all(&hello).await?;
         let reply = reader.next().await?.ok_or(Error::Closed)?;
         let info = match reply.response()? {
-            Response::HelloOk { shard, shard_count, role, epoch, .. } => ServerInfo { shard, shard_count, role, epoch },
+            Response::HelloOk { shard, shard_count, role, epoch, leadership, .. } => {
+                ServerInfo { shard, shard_count, role, epoch, leadership }
+            }
             _ => return Err(Error::Protocol("expected HelloOk".into())),
         };
+        seen.lock().unwrap().learn(info.leadership);
         let waiting: Arc<std::sync::Mutex<Waiting>> = Default::default();
         let (tx, mut rx) = mpsc::channel::<Cmd>(MAX_QUEUED_REQUESTS);
         let w_waiting = waiting.clone();
+        let kill = Arc::new(tokio::sync::Notify::new());
         tokio::spawn(async move {
             // The writer numbers requests (1, 2, ...); answers must carry the same ids,
             // in the same order.
@@ -520,13 +608,17 @@ impl Conn {
             while let Some(cmd) = rx.recv().await {
                 frames.clear();
                 let mut queue = |mut c: Cmd, frames: &mut Vec<u8>| {
+                    let Some(reply) = c.reply else {
+                        frames.extend_from_slice(&c.frame); // a probe: nobody waits in line
+                        return;
+                    };
                     c.frame[5..13].copy_from_slice(&next_id.to_le_bytes());
                     let mut w = w_waiting.lock().unwrap();
                     if w.closed {
-                        let _ = c.reply.send(Err(Error::NotSent));
+                        let _ = reply.send(Err(Error::NotSent));
                         return;
                     }
-                    w.queue.push_back((next_id, c.reply));
+                    w.queue.push_back((next_id, Instant::now(), reply, c.watch));
                     drop(w);
                     next_id += 1;
                     frames.extend_from_slice(&c.frame);
@@ -544,46 +636,140 @@ impl Conn {
             // which ends the reader task too.
             let _ = w.shutdown().await;
         });
+        let limits = {
+            let s = seen.lock().unwrap();
+            s.probe_after().zip(s.silent_limit())
+        };
+        // Any role: a follower answers at once, so one that goes silent is gone too (a
+        // restarting process's connections can outlive it for a while, unanswered).
+        if let Some((probe_after, silent)) = limits {
+            let (waiting, kill, tx) = (waiting.clone(), kill.clone(), tx.downgrade());
+            tokio::spawn(watchdog(waiting, kill, tx, probe_after, silent));
+        }
+        let r_waiting = waiting.clone();
+        let (r_kill, r_addr, r_epoch) = (kill.clone(), addr.to_string(), info.epoch);
         tokio::spawn(async move {
+            let waiting = r_waiting;
             loop {
-                let r = reader.next().await;
+                let r = tokio::select! {
+                    r = reader.next() => r,
+                    _ = r_kill.notified() => break,
+                };
+                if let Ok(Some(reply)) = &r {
+                    let mut w = waiting.lock().unwrap();
+                    (w.heard, w.probing) = (Some(Instant::now()), None);
+                    if reply.op == codec::op::HELLO_OK && reply.req_id == PROBE_ID {
+                        // A probe's answer: does the node still lead, with a live lease?
+                        let verdict = match reply.response() {
+                            Ok(Response::HelloOk { role, epoch, leadership, .. }) => {
+                                seen.lock().unwrap().usable(&r_addr, role, epoch, leadership, Instant::now())
+                            }
+                            _ => Err("bad answer to a probe".to_string()),
+                        };
+                        if let Err(why) = verdict {
+                            w.abandoned = Some(why);
+                            break;
+                        }
+                        continue;
+                    }
+                }
                 let waiter = waiting.lock().unwrap().queue.pop_front();
                 match (r, waiter) {
-                    (Ok(Some(reply)), Some((id, w))) if reply.req_id == id => {
+                    (Ok(Some(reply)), Some((id, _, w, _))) if reply.req_id == id => {
                         let _ = w.send(Ok(reply));
                     }
-                    (Ok(Some(reply)), Some((id, w))) => {
+                    (Ok(Some(reply)), Some((id, _, w, _))) => {
                         let msg = format!("answer for request {} arrived where {id} was due", reply.req_id);
                         let _ = w.send(Err(Error::Protocol(msg)));
                         break;
                     }
-                    (Err(e), Some((_, w))) => {
+                    (Err(e), Some((_, _, w, _))) => {
                         let _ = w.send(Err(e));
                         break;
                     }
                     _ => break,
                 }
             }
-            // Fail whoever still waits.
+            // Fail whoever still waits; a node given up on is a suspect.
             let mut w = waiting.lock().unwrap();
             w.closed = true;
-            for (_, w) in w.queue.drain(..) {
-                let _ = w.send(Err(Error::Closed));
+            if w.abandoned.is_some() {
+                seen.lock().unwrap().suspect(&r_addr, r_epoch, Instant::now());
+            }
+            let why = w.abandoned.clone();
+            for (_, _, tx, _) in w.queue.drain(..) {
+                let _ = tx.send(Err(why.clone().map_or(Error::Closed, Error::Abandoned)));
             }
         });
-        Ok(Conn { tx, info })
+        Ok(Conn { tx, info, addr: addr.to_string() })
     }
 
-    async fn call(&self, frame: Vec<u8>, timeout: Duration) -> Result<Reply, Error> {
-        let rx = self.send(frame).await?;
+    /// Sends a request and waits for its answer; `watch`: it is an append (see `Cmd`).
+    async fn call(&self, frame: Vec<u8>, timeout: Duration, watch: bool) -> Result<Reply, Error> {
+        let rx = self.send(frame, watch).await?;
         answer(rx, timeout).await
     }
 
-    /// Hands a request to the writer (requests leave in the order of these calls).
-    pub(crate) async fn send(&self, frame: Vec<u8>) -> Result<oneshot::Receiver<Result<Reply, Error>>, Error> {
+    /// Hands a request to the writer (requests leave in the order of these calls);
+    /// `watch`: it is an append (see `Cmd`).
+    pub(crate) async fn send(
+        &self,
+        frame: Vec<u8>,
+        watch: bool,
+    ) -> Result<oneshot::Receiver<Result<Reply, Error>>, Error> {
         let (reply, rx) = oneshot::channel();
-        self.tx.send(Cmd { frame, reply }).await.map_err(|_| Error::NotSent)?;
+        self.tx.send(Cmd { frame, reply: Some(reply), watch }).await.map_err(|_| Error::NotSent)?;
         Ok(rx)
+    }
+}
+
+/// Watches a connection to a leader that advertises a lease: when a request has waited
+/// `probe_after` with nothing received, sends a probe (a `Hello`, answered at once by a
+/// live node even behind waiting appends; the reader judges the answer); when nothing
+/// has arrived for `silent` while a request waits, abandons the connection. Ends with
+/// the connection (it holds no sender that keeps the writer alive).
+async fn watchdog(
+    waiting: Arc<std::sync::Mutex<Waiting>>,
+    kill: Arc<tokio::sync::Notify>,
+    tx: mpsc::WeakSender<Cmd>,
+    probe_after: Duration,
+    silent: Duration,
+) {
+    let tick = (probe_after / 4).max(Duration::from_millis(5));
+    loop {
+        tokio::time::sleep(tick).await;
+        let now = Instant::now();
+        let probe = {
+            let mut w = waiting.lock().unwrap();
+            if w.closed || w.abandoned.is_some() {
+                return;
+            }
+            let Some(&(_, sent, _, _)) = w.queue.front() else { continue };
+            if w.queue.iter().any(|&(_, _, _, watch)| !watch) {
+                continue; // a read holds the node's reading: a probe would wait behind it
+            }
+            // Quiet since the later of the last frame and the oldest request's send.
+            let quiet = now.saturating_duration_since(w.heard.map_or(sent, |h| h.max(sent)));
+            if quiet >= silent {
+                w.abandoned = Some(format!("nothing received for {quiet:?} (the lease is {silent:?})"));
+                kill.notify_one();
+                return;
+            }
+            let due = quiet >= probe_after && w.probing.is_none();
+            if due {
+                w.probing = Some(now);
+            }
+            due
+        };
+        if probe {
+            let Some(tx) = tx.upgrade() else { return };
+            let mut frame = Vec::new();
+            Request::Hello { version: PROTOCOL_VERSION }.encode(PROBE_ID, &mut frame);
+            if tx.try_send(Cmd { frame, reply: None, watch: false }).is_err() {
+                // A full queue: the writer is stuck behind the socket; the silence decides.
+                continue;
+            }
+        }
     }
 }
 
@@ -616,6 +802,9 @@ pub struct Client {
     /// The cluster's shard count once a `HelloOk` said it (0: not yet); shared with the
     /// clients of other shards made from this one.
     pub(crate) shard_count: Arc<std::sync::atomic::AtomicU16>,
+    /// What answers showed about leadership (epochs, the lease, suspects); shared with
+    /// the clients of other shards made from this one.
+    pub(crate) seen: Arc<std::sync::Mutex<Seen>>,
 }
 
 /// `"A,B"` → `["A", "B"]`.
@@ -632,7 +821,7 @@ impl Client {
 
     /// A client over `addrs` (from `given`), connected to the first that answers.
     async fn open(given: &str, addrs: Vec<String>, cfg: &ClientConfig, shard: Option<u16>) -> Result<Client, Error> {
-        let c = Client::lazy(given, addrs, cfg, shard, Default::default())?;
+        let c = Client::lazy(given, addrs, cfg, shard, Default::default(), Default::default())?;
         c.connection().await?;
         Ok(c)
     }
@@ -645,6 +834,7 @@ impl Client {
         cfg: &ClientConfig,
         shard: Option<u16>,
         shard_count: Arc<std::sync::atomic::AtomicU16>,
+        seen: Arc<std::sync::Mutex<Seen>>,
     ) -> Result<Client, Error> {
         if addrs.is_empty() {
             return Err(Error::Invalid(format!("no address in {given:?}")));
@@ -662,6 +852,7 @@ impl Client {
             cfg: cfg.clone(),
             shard,
             shard_count,
+            seen,
         })
     }
 
@@ -681,11 +872,14 @@ impl Client {
     pub async fn info(&self) -> ServerInfo {
         match self.connection().await {
             Ok(c) => c.info,
-            Err(_) => ServerInfo { shard: 0, shard_count: 0, role: Role::Follower, epoch: 0 },
+            Err(_) => ServerInfo { shard: 0, shard_count: 0, role: Role::Follower, epoch: 0, leadership: None },
         }
     }
 
-    /// The current connection, or a new one to the first node (from `next`) that answers.
+    /// The current connection, or a new one to the first node (from `next`) that answers
+    /// and may carry appends (docs/protocol.md §6.3): a leader named by `NotLeader`
+    /// first, suspects only when every address is one, each within the connect timeout
+    /// (a lease once one is known).
     pub(crate) async fn connection(&self) -> Result<Arc<Conn>, Error> {
         let mut g = self.conn.lock().await;
         if let Some(c) = g.as_ref() {
@@ -693,36 +887,54 @@ impl Client {
         }
         let mut errs = Vec::new();
         let mut bad = None;
+        let now = Instant::now();
+        let n = self.addrs.len();
+        let from = self.next.load(Ordering::Relaxed);
         let hint = self.hint.lock().unwrap().take();
-        if let Some(a) = hint {
-            match Conn::open(&a, &self.cfg).await {
+        let order = hint.map(|a| (None, a)).into_iter().chain((0..n).map(|k| {
+            let i = (from + k) % n;
+            (Some(i), self.addrs[i].clone())
+        }));
+        let (fresh, suspects): (Vec<_>, Vec<_>) = {
+            let seen = self.seen.lock().unwrap();
+            order.partition(|(_, a)| !seen.is_suspect(a, now))
+        };
+        for (i, a) in if fresh.is_empty() { suspects } else { fresh } {
+            let timeout = self.seen.lock().unwrap().connect_timeout(self.cfg.connect_timeout);
+            let why = match Conn::open(&a, &self.cfg, timeout, self.seen.clone()).await {
                 Ok(c) => {
-                    let c = Arc::new(c);
-                    self.shard_count.store(c.info.shard_count, Ordering::Relaxed);
-                    *g = Some(c.clone());
-                    return Ok(c);
-                }
-                Err(e @ Error::Invalid(_)) => bad = Some(e),
-                Err(e) => errs.push(format!("{a}: {e}")),
-            }
-        }
-        for _ in 0..self.addrs.len() {
-            let i = self.next.load(Ordering::Relaxed) % self.addrs.len();
-            let a = &self.addrs[i];
-            match Conn::open(a, &self.cfg).await {
-                Ok(c) => {
-                    let c = Arc::new(c);
-                    self.shard_count.store(c.info.shard_count, Ordering::Relaxed);
-                    *g = Some(c.clone());
-                    return Ok(c);
+                    let (info, at) = (c.info, Instant::now());
+                    match self.seen.lock().unwrap().usable(&a, info.role, info.epoch, info.leadership, at) {
+                        Ok(()) => {
+                            let c = Arc::new(c);
+                            self.shard_count.store(c.info.shard_count, Ordering::Relaxed);
+                            if let Some(i) = i {
+                                self.next.store(i, Ordering::Relaxed);
+                            }
+                            *g = Some(c.clone());
+                            return Ok(c);
+                        }
+                        Err(why) => why, // dropping `c` closes it
+                    }
                 }
                 Err(e) => {
-                    errs.push(format!("{a}: {e}"));
+                    let seen = &mut self.seen.lock().unwrap();
+                    if matches!(&e, Error::Io(io) if io.kind() == std::io::ErrorKind::TimedOut) && seen.lease.is_some()
+                    {
+                        // No answer within a lease: not tried again until it expires.
+                        let epoch = seen.epoch;
+                        seen.suspect(&a, epoch, Instant::now());
+                    }
                     if matches!(e, Error::Invalid(_)) {
                         bad = Some(e);
+                        continue;
                     }
-                    self.next.store(i + 1, Ordering::Relaxed);
+                    e.to_string()
                 }
+            };
+            errs.push(format!("{a}: {why}"));
+            if let Some(i) = i {
+                self.next.store(i + 1, Ordering::Relaxed);
             }
         }
         // A setting no retry can cure is said as such, not as an outage.
@@ -730,28 +942,51 @@ impl Client {
     }
 
     /// Drops `old` if it is still the current connection (so that of many tasks that saw
-    /// it fail, one replaces it); the next one goes to `to` (an address from the list, or
-    /// one outside it, tried once before the list) or to the address after the current one.
-    pub(crate) async fn move_on(&self, old: &Arc<Conn>, to: Option<&str>) {
-        let to = match (to, self.shard) {
-            (Some(t), Some(s)) => shard_addr(t, s).ok(),
-            (t, _) => t.map(String::from),
-        };
-        let to = to.as_deref();
+    /// it fail, one replaces it); the next one goes to `to`: a leader named (an address
+    /// from the list, or one outside it, tried once before the list), the same node, or
+    /// the address after the current one.
+    pub(crate) async fn move_on(&self, old: &Arc<Conn>, to: Target) {
         let mut g = self.conn.lock().await;
-        if g.as_ref().is_some_and(|c| Arc::ptr_eq(c, old)) {
-            *g = None;
-            match to.map(|t| (t, self.addrs.iter().position(|a| a == t))) {
-                Some((_, Some(i))) => self.next.store(i, Ordering::Relaxed),
-                Some((t, None)) => {
-                    *self.hint.lock().unwrap() = Some(t.to_string());
-                    self.next.fetch_add(1, Ordering::Relaxed);
-                }
-                None => {
-                    self.next.fetch_add(1, Ordering::Relaxed);
-                }
+        if !g.as_ref().is_some_and(|c| Arc::ptr_eq(c, old)) {
+            return;
+        }
+        *g = None;
+        let to = match to {
+            Target::Named(t) => Some(t),
+            Target::Stay => Some(old.addr.clone()),
+            Target::Other => None,
+        };
+        match to.map(|t| (self.addrs.iter().position(|a| *a == t), t)) {
+            Some((Some(i), _)) => self.next.store(i, Ordering::Relaxed),
+            Some((None, t)) => {
+                *self.hint.lock().unwrap() = Some(t);
+                self.next.fetch_add(1, Ordering::Relaxed);
+            }
+            None => {
+                self.next.fetch_add(1, Ordering::Relaxed);
             }
         }
+    }
+
+    /// Where to go after the refusal `e` (nothing written) from `conn`: follows the rules
+    /// of `leadership.rs`, then moves on.
+    pub(crate) async fn after_refusal(&self, conn: &Arc<Conn>, e: &Error) {
+        let (code, named, hint) = match e {
+            Error::Server { code, message, hint } => (ErrorCode::from_u16(*code), message.as_str(), *hint),
+            _ => (None, "", None),
+        };
+        // A leader named is a client address: this client reaches its shard directly.
+        let named = match (code, self.shard) {
+            (Some(ErrorCode::NotLeader), _) if named.is_empty() => String::new(),
+            (Some(ErrorCode::NotLeader), Some(s)) => shard_addr(named, s).unwrap_or_default(),
+            (Some(ErrorCode::NotLeader), None) => named.to_string(),
+            _ => String::new(),
+        };
+        let target = self.seen.lock().unwrap().after_refusal(&conn.addr, code, &named, hint, Instant::now());
+        if target != Target::Stay || !matches!(e, Error::Server { .. }) {
+            self.move_on(conn, target).await;
+        }
+        // Stay: the connection is kept; the next attempt goes on it after the pause.
     }
 
     /// Appends one event; returns its position once it is durable on every replica.
@@ -776,10 +1011,10 @@ impl Client {
         let mut frame = Vec::new();
         req.encode(0, &mut frame);
         let conn = self.connection().await?;
-        match conn.call(frame, self.cfg.request_timeout).await {
+        match conn.call(frame, self.cfg.request_timeout, false).await {
             Ok(r) => Ok(r),
             Err(e) => {
-                self.move_on(&conn, None).await;
+                self.move_on(&conn, Target::Other).await;
                 Err(e)
             }
         }
@@ -806,24 +1041,17 @@ impl Client {
                 Err(e) => e,
                 Ok(conn) => {
                     attempts.sent += 1;
-                    let r = conn.call(frame.clone(), self.cfg.request_timeout).await;
+                    let r = conn.call(frame.clone(), self.cfg.request_timeout, true).await;
                     let e = match r.and_then(|reply| reply.response().map(|_| ()).map(|()| reply)) {
                         Ok(reply) => return Ok(reply),
                         Err(e) => e,
                     };
-                    match attempts.failed(&e) {
-                        Step::Move => {
-                            let to = match (&e, e.code()) {
-                                (Error::Server { message, .. }, Some(ErrorCode::NotLeader)) if !message.is_empty() => {
-                                    Some(message.clone())
-                                }
-                                _ => None,
-                            };
-                            self.move_on(&conn, to.as_deref()).await;
-                        }
+                    let (step, e) = attempts.failed_on(&conn, e);
+                    match step {
+                        Step::Move => self.after_refusal(&conn, &e).await,
                         Step::Lost => {
                             if !matches!(e, Error::Server { .. }) {
-                                self.move_on(&conn, None).await; // broken or hanging
+                                self.move_on(&conn, Target::Other).await; // broken, hanging or abandoned
                             }
                             return Err(attempts.fail(e)); // never re-sent: it could be stored twice
                         }

@@ -14,8 +14,14 @@ pub use crate::record::{ProducerSeq, MAX_STREAM_NAME};
 /// adds `Append2` (idempotent appends: producer id + sequence; streams with an expected
 /// version), `Appended2`, `ReadStream` and `StreamRecords`; a
 /// server speaks every version from `MIN_PROTOCOL_VERSION` up and answers `HelloOk` with
-/// the version the client asked for.
-pub const PROTOCOL_VERSION: u16 = 2;
+/// the version the client asked for. Version 3 adds what a client needs to follow
+/// leadership (docs/protocol.md §6): `HelloOk` carries the node's [`Leadership`] view
+/// (its lease, the newest epoch it knows, whether a leader holds a live lease), and the
+/// refusals that send a client elsewhere (`NotLeader`, `Unavailable`, `Fenced`,
+/// `ShuttingDown`) carry a [`Hint`].
+pub const PROTOCOL_VERSION: u16 = 3;
+/// First protocol version whose `HelloOk` and refusals carry leadership (see above).
+pub const LEADERSHIP_VERSION: u16 = 3;
 /// Oldest client protocol version a server still speaks.
 pub const MIN_PROTOCOL_VERSION: u16 = 1;
 /// Replication protocol version carried in `Repl::Hello`. 2: the follower answers
@@ -632,6 +638,9 @@ pub enum Response<'a> {
         shard_count: u16,
         role: Role,
         epoch: u32,
+        /// Version 3 and later (`version` ≥ [`LEADERSHIP_VERSION`]): the node's view of
+        /// leadership; `None` below.
+        leadership: Option<Leadership>,
     },
     Appended {
         shard: u16,
@@ -687,6 +696,71 @@ pub enum Response<'a> {
         code: u16,
         message: &'a str,
     },
+    /// `Error` with a [`Hint`] after the message: a refusal that sends the client
+    /// elsewhere (`NotLeader`, `Unavailable`, `Fenced`, `ShuttingDown`), on a version-3
+    /// connection. Nothing was written.
+    Refusal {
+        code: u16,
+        message: &'a str,
+        hint: Hint,
+    },
+}
+
+/// Whether a node sees a leader holding a live lease (docs/protocol.md §6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum LeaderState {
+    /// Not known: static roles (no lease), or this node has not heard from etcd lately.
+    Unknown = 0,
+    /// A leader holds a live lease: on a leader, its own; on a follower, the leader's
+    /// (its heartbeat is fresh in etcd).
+    Live = 1,
+    /// No leader holds a live lease now: on a leader, its own lapsed (it acknowledges
+    /// nothing until it renews, and may never); on a follower, the leader's heartbeat
+    /// stopped and a take-over is pending (or cannot happen: see operations.md §8).
+    Lapsed = 2,
+}
+
+impl LeaderState {
+    pub fn from_u8(v: u8) -> Option<LeaderState> {
+        match v {
+            0 => Some(LeaderState::Unknown),
+            1 => Some(LeaderState::Live),
+            2 => Some(LeaderState::Lapsed),
+            _ => None,
+        }
+    }
+}
+
+/// What a version-3 `HelloOk` adds after `epoch`: lease_ms u32 · epoch u32 · state u8.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Leadership {
+    /// The leader's lease (coordinator mode), in ms; 0: no lease (static roles). A
+    /// client derives its waiting times from it (docs/protocol.md §6).
+    pub lease_ms: u32,
+    /// The newest epoch this node knows of: the term's in etcd (coordinator mode), else
+    /// the shard's. At least the `HelloOk`'s own `epoch` on a leader.
+    pub epoch: u32,
+    pub state: LeaderState,
+}
+
+/// What a version-3 refusal carries after its message: epoch u32 · state u8 ·
+/// retry_ms u16.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Hint {
+    /// The newest epoch the refusing node knows of (for `NotLeader`: the epoch of the
+    /// leader it names).
+    pub epoch: u32,
+    pub state: LeaderState,
+    /// Try this node again after this many ms (0: no advice).
+    pub retry_ms: u16,
+}
+
+/// Error codes that carry a [`Hint`] on a version-3 connection.
+pub fn carries_hint(code: u16) -> bool {
+    [ErrorCode::NotLeader, ErrorCode::Unavailable, ErrorCode::Fenced, ErrorCode::ShuttingDown]
+        .iter()
+        .any(|c| *c as u16 == code)
 }
 
 impl<'a> Response<'a> {
@@ -698,7 +772,16 @@ impl<'a> Response<'a> {
                 let shard = b.u16()?;
                 let shard_count = b.u16()?;
                 let role = Role::from_u8(b.u8()?).ok_or(CodecError::BadBody { op: f.op, reason: "unknown role" })?;
-                Response::HelloOk { version, shard, shard_count, role, epoch: b.u32()? }
+                let epoch = b.u32()?;
+                let leadership = if version >= LEADERSHIP_VERSION {
+                    let (lease_ms, view) = (b.u32()?, b.u32()?);
+                    let state = LeaderState::from_u8(b.u8()?)
+                        .ok_or(CodecError::BadBody { op: f.op, reason: "unknown leader state" })?;
+                    Some(Leadership { lease_ms, epoch: view, state })
+                } else {
+                    None
+                };
+                Response::HelloOk { version, shard, shard_count, role, epoch, leadership }
             }
             op::APPENDED => Response::Appended { shard: b.u16()?, offset: b.u64()? },
             op::APPENDED2 => {
@@ -732,6 +815,13 @@ impl<'a> Response<'a> {
                 Response::Error { code, message } if code == ErrorCode::OutOfRange as u16 && b.rest.len() == 8 => {
                     Response::OutOfRange { first: b.u64()?, message }
                 }
+                // A version-1 or -2 connection gets the plain form.
+                Response::Error { code, message } if carries_hint(code) && b.rest.len() == HINT_LEN => {
+                    let epoch = b.u32()?;
+                    let state = LeaderState::from_u8(b.u8()?)
+                        .ok_or(CodecError::BadBody { op: f.op, reason: "unknown leader state" })?;
+                    Response::Refusal { code, message, hint: Hint { epoch, state, retry_ms: b.u16()? } }
+                }
                 r => r,
             },
             op::TRIMMED => Response::Trimmed { shard: b.u16()?, first_offset: b.u64()? },
@@ -743,13 +833,21 @@ impl<'a> Response<'a> {
 
     pub fn encode(&self, req_id: u64, out: &mut Vec<u8>) {
         match self {
-            Response::HelloOk { version, shard, shard_count, role, epoch } => {
+            Response::HelloOk { version, shard, shard_count, role, epoch, leadership } => {
                 let at = begin_frame(out, op::HELLO_OK, req_id);
                 out.extend_from_slice(&version.to_le_bytes());
                 out.extend_from_slice(&shard.to_le_bytes());
                 out.extend_from_slice(&shard_count.to_le_bytes());
                 out.push(*role as u8);
                 out.extend_from_slice(&epoch.to_le_bytes());
+                // The version decides the layout: a version-3 answer always carries it.
+                if *version >= LEADERSHIP_VERSION {
+                    let l =
+                        leadership.unwrap_or(Leadership { lease_ms: 0, epoch: *epoch, state: LeaderState::Unknown });
+                    out.extend_from_slice(&l.lease_ms.to_le_bytes());
+                    out.extend_from_slice(&l.epoch.to_le_bytes());
+                    out.push(l.state as u8);
+                }
                 finish_frame(out, at);
             }
             Response::Appended { shard, offset } => encode_appended(req_id, *shard, *offset, out),
@@ -782,8 +880,22 @@ impl<'a> Response<'a> {
                 finish_frame(out, at);
             }
             Response::Error { code, message } => encode_error(req_id, *code, message, out),
+            Response::Refusal { code, message, hint } => encode_refusal(req_id, *code, message, *hint, out),
         }
     }
+}
+
+/// Bytes of a [`Hint`] on the wire.
+const HINT_LEN: usize = 7;
+
+/// A refusal with its [`Hint`] (version-3 connections; `code` one of [`carries_hint`]).
+pub fn encode_refusal(req_id: u64, code: u16, message: &str, hint: Hint, out: &mut Vec<u8>) {
+    debug_assert!(carries_hint(code), "error code {code} carries no hint");
+    let at = begin_error(req_id, code, message, out);
+    out.extend_from_slice(&hint.epoch.to_le_bytes());
+    out.push(hint.state as u8);
+    out.extend_from_slice(&hint.retry_ms.to_le_bytes());
+    finish_frame(out, at);
 }
 
 /// The hot-path encoder for append acknowledgements.
@@ -1056,7 +1168,32 @@ mod tests {
     #[test]
     fn responses_roundtrip() {
         let rs = [
-            Response::HelloOk { version: 1, shard: 2, shard_count: 4, role: Role::Follower, epoch: 9 },
+            Response::HelloOk {
+                version: 1,
+                shard: 2,
+                shard_count: 4,
+                role: Role::Follower,
+                epoch: 9,
+                leadership: None,
+            },
+            Response::HelloOk {
+                version: 3,
+                shard: 0,
+                shard_count: 2,
+                role: Role::Leader,
+                epoch: 7,
+                leadership: Some(Leadership { lease_ms: 400, epoch: 7, state: LeaderState::Lapsed }),
+            },
+            Response::Refusal {
+                code: ErrorCode::NotLeader as u16,
+                message: "10.0.0.1:9400",
+                hint: Hint { epoch: 9, state: LeaderState::Live, retry_ms: 0 },
+            },
+            Response::Refusal {
+                code: ErrorCode::Unavailable as u16,
+                message: "",
+                hint: Hint { epoch: u32::MAX, state: LeaderState::Unknown, retry_ms: 50 },
+            },
             Response::Appended { shard: 1, offset: 1 << 40 },
             Response::Appended2 { shard: 1, offset: 9, duplicate: true, version: None },
             Response::Appended2 { shard: 0, offset: 0, duplicate: false, version: Some(0) },
@@ -1076,6 +1213,48 @@ mod tests {
             let (f, _) = decode_frame(&out).unwrap().unwrap();
             assert_eq!(Response::parse(&f).unwrap(), r);
         }
+    }
+
+    #[test]
+    fn version_3_leadership_is_versioned_and_older_forms_stay() {
+        // A version-2 HelloOk is 11 bytes and carries no leadership; a version-3 one 20.
+        for (version, len) in [(2u16, 11usize), (3, 20)] {
+            let mut out = Vec::new();
+            let l = Leadership { lease_ms: 400, epoch: 5, state: LeaderState::Live };
+            Response::HelloOk { version, shard: 0, shard_count: 1, role: Role::Leader, epoch: 5, leadership: Some(l) }
+                .encode(0, &mut out);
+            assert_eq!(out.len(), FRAME_HEADER_LEN + len);
+            let (f, _) = decode_frame(&out).unwrap().unwrap();
+            let Response::HelloOk { leadership, .. } = Response::parse(&f).unwrap() else { panic!() };
+            assert_eq!(leadership, (version >= 3).then_some(l));
+        }
+        // A version-3 HelloOk cut to the version-2 length, or with an unknown state: refused.
+        let mut out = Vec::new();
+        Response::HelloOk { version: 3, shard: 0, shard_count: 1, role: Role::Leader, epoch: 5, leadership: None }
+            .encode(0, &mut out);
+        let mut short = out[..FRAME_HEADER_LEN + 11].to_vec();
+        let len = (short.len() - 4) as u32;
+        short[0..4].copy_from_slice(&len.to_le_bytes());
+        let (f, _) = decode_frame(&short).unwrap().unwrap();
+        assert!(matches!(Response::parse(&f), Err(CodecError::BadBody { reason: "body truncated", .. })));
+        let mut bad = out.clone();
+        *bad.last_mut().unwrap() = 3;
+        let (f, _) = decode_frame(&bad).unwrap().unwrap();
+        assert!(matches!(Response::parse(&f), Err(CodecError::BadBody { reason: "unknown leader state", .. })));
+        // A hint only on the refusals that send a client elsewhere; other codes with the
+        // same trailing bytes are refused.
+        let hint = Hint { epoch: 3, state: LeaderState::Lapsed, retry_ms: 50 };
+        let mut out = Vec::new();
+        encode_refusal(0, ErrorCode::NotLeader as u16, "", hint, &mut out);
+        let (f, _) = decode_frame(&out).unwrap().unwrap();
+        assert_eq!(
+            Response::parse(&f).unwrap(),
+            Response::Refusal { code: ErrorCode::NotLeader as u16, message: "", hint }
+        );
+        out[FRAME_HEADER_LEN] = ErrorCode::Internal as u8;
+        let (f, _) = decode_frame(&out).unwrap().unwrap();
+        assert!(matches!(Response::parse(&f), Err(CodecError::BadBody { reason: "trailing bytes", .. })));
+        assert!(!carries_hint(ErrorCode::ReplicationTimeout as u16) && carries_hint(ErrorCode::Fenced as u16));
     }
 
     #[test]

@@ -7,9 +7,12 @@
 //! - [`Producer`]: idempotent appends (never stored twice; unknown outcomes sent again).
 //! - [`Client::append_to`] / [`Client::read_stream`]: streams with expected versions.
 //! - [`Subscription`]: a stream's or a prefix's events, catch-up then live.
+//! - [`leadership`]: the rules for following leadership (docs/protocol.md §6.3), shared
+//!   by the client and the load generator.
 
 mod client;
 pub mod codec;
+pub mod leadership;
 pub mod producer;
 pub mod record;
 mod streams;

@@ -55,7 +55,8 @@ use std::sync::atomic::AtomicU64;
 use tokio::sync::{oneshot, Mutex, Notify};
 
 use crate::client::{answer, Attempts, Client, ClientConfig, Conn, Error, Position, Reply, Step};
-use crate::codec::{self, ErrorCode, Expect, ProducerSeq, Response, StreamReq};
+use crate::codec::{self, Expect, ProducerSeq, Response, StreamReq};
+use crate::leadership::Target;
 
 /// Appends of one producer in flight at most: the positions a shard remembers per producer.
 pub const WINDOW: usize = 64;
@@ -265,7 +266,7 @@ impl Producer {
 
     async fn send(&self, frame: &[u8]) -> Sent {
         let conn = self.client.connection().await?;
-        let rx = conn.send(frame.to_vec()).await?;
+        let rx = conn.send(frame.to_vec(), true).await?;
         Ok((conn, rx))
     }
 
@@ -289,18 +290,19 @@ impl Producer {
                     Err(e) => (Some(conn), e),
                 },
             };
-            let step = attempts.failed(&err);
+            let (step, err) = match &conn {
+                Some(c) => attempts.failed_on(c, err),
+                None => (attempts.failed(&err), err),
+            };
             if step == Step::Stop || matches!(err, Error::Invalid(_)) {
                 return Err(attempts.fail(err));
             }
             self.seqs.lock().unwrap().failed.insert(seq);
             if let Some(conn) = &conn {
-                match (&err, err.code()) {
-                    _ if step == Step::Wait => {}
-                    (Error::Server { message, .. }, Some(ErrorCode::NotLeader)) if !message.is_empty() => {
-                        self.client.move_on(conn, Some(message)).await
-                    }
-                    _ => self.client.move_on(conn, None).await,
+                match step {
+                    Step::Wait => {}
+                    Step::Move => self.client.after_refusal(conn, &err).await,
+                    _ => self.client.move_on(conn, Target::Other).await,
                 }
             }
             let end = attempts.start();

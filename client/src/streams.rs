@@ -79,7 +79,7 @@ impl Client {
             return Ok(c.clone());
         }
         let direct = split_addrs(&self.given).iter().map(|a| shard_addr(a, shard)).collect::<Result<Vec<_>, _>>()?;
-        let c = Client::lazy(&self.given, direct, &self.cfg, Some(shard), self.shard_count.clone())?;
+        let c = Client::lazy(&self.given, direct, &self.cfg, Some(shard), self.shard_count.clone(), self.seen.clone())?;
         Ok(self.by_shard.lock().unwrap().entry(shard).or_insert(c).clone())
     }
 

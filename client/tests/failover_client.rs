@@ -1,12 +1,13 @@
 //! The client's failover rules against fake nodes speaking the real codec (plaintext):
 //! refusals where nothing was written are retried elsewhere; a connection that breaks
-//! after the append was sent is an unknown outcome and is never re-sent.
+//! after the append was sent is an unknown outcome and is never re-sent; the leadership
+//! rules of docs/protocol.md §6.3 (epochs, hints, probes of silent leaders, suspects).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use corelog_client::codec::{self, decode_frame, ErrorCode, Request, Response, Role};
+use corelog_client::codec::{self, decode_frame, ErrorCode, Hint, LeaderState, Leadership, Request, Response, Role};
 use corelog_client::{Client, ClientConfig, Error, Outcome};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
@@ -21,6 +22,23 @@ enum Behaviour {
     Accept,
     /// Never answer anything, not even Hello.
     Silent,
+    /// Answer the first Hello, then nothing at all (a frozen process).
+    Frozen,
+    /// Answer every Hello (probes too) at once, never an append (a live, slow leader),
+    /// until the `usize`-th probe: then answer the held appends.
+    Hold(usize),
+    /// Refuse every append with this code, message and hint (protocol version 3).
+    Hint(ErrorCode, String, Hint),
+}
+
+/// What a fake's `HelloOk` says: role, epoch, leadership (version 3).
+#[derive(Clone, Copy)]
+struct Hello(Role, u32, Option<Leadership>);
+
+const OLD_LEADER: Hello = Hello(Role::Leader, 1, None);
+
+fn leader(epoch: u32, lease_ms: u32) -> Hello {
+    Hello(Role::Leader, epoch, Some(Leadership { lease_ms, epoch, state: LeaderState::Live }))
 }
 
 /// A fake node: returns its address and the number of appends it received.
@@ -31,6 +49,11 @@ async fn fake(b: Behaviour) -> (String, Arc<AtomicUsize>) {
 
 /// Also returns the number of connections it accepted.
 async fn fake_counting(b: Behaviour) -> (String, Arc<AtomicUsize>, Arc<AtomicUsize>) {
+    fake_node(b, OLD_LEADER).await
+}
+
+/// A fake node answering Hello with `hello`.
+async fn fake_node(b: Behaviour, hello: Hello) -> (String, Arc<AtomicUsize>, Arc<AtomicUsize>) {
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = l.local_addr().unwrap().to_string();
     let seen = Arc::new(AtomicUsize::new(0));
@@ -44,26 +67,36 @@ async fn fake_counting(b: Behaviour) -> (String, Arc<AtomicUsize>, Arc<AtomicUsi
             tokio::spawn(async move {
                 let mut buf = Vec::new();
                 let mut chunk = [0u8; 4096];
+                let (mut hellos, mut held) = (0usize, Vec::new());
                 loop {
                     while let Ok(Some((f, used))) = decode_frame(&buf) {
                         let mut out = Vec::new();
                         match Request::parse(&f).unwrap() {
                             Request::Hello { .. } if matches!(b, Behaviour::Silent) => {}
-                            Request::Hello { .. } => Response::HelloOk {
-                                version: codec::PROTOCOL_VERSION,
-                                shard: 0,
-                                shard_count: 1,
-                                role: Role::Leader,
-                                epoch: 1,
+                            Request::Hello { .. } if matches!(b, Behaviour::Frozen) && hellos > 0 => {}
+                            Request::Hello { version } => {
+                                hellos += 1;
+                                let Hello(role, epoch, leadership) = hello;
+                                Response::HelloOk { version, leadership, shard: 0, shard_count: 1, role, epoch }
+                                    .encode(f.req_id, &mut out);
+                                if matches!(b, Behaviour::Hold(n) if hellos > n) {
+                                    for (id, n) in held.drain(..) {
+                                        codec::encode_appended(id, 0, n, &mut out);
+                                    }
+                                }
                             }
-                            .encode(f.req_id, &mut out),
                             Request::Append { .. } => {
                                 let n = count.fetch_add(1, Ordering::SeqCst);
                                 match &b {
                                     Behaviour::Refuse(code, msg) => {
                                         codec::encode_error(f.req_id, *code as u16, msg, &mut out)
                                     }
+                                    Behaviour::Hint(code, msg, h) => {
+                                        codec::encode_refusal(f.req_id, *code as u16, msg, *h, &mut out)
+                                    }
                                     Behaviour::Drop | Behaviour::Silent => return,
+                                    Behaviour::Frozen => {}
+                                    Behaviour::Hold(_) => held.push((f.req_id, n as u64)),
                                     Behaviour::Accept => codec::encode_appended(f.req_id, 0, n as u64, &mut out),
                                 }
                             }
@@ -191,7 +224,7 @@ async fn the_budget_ends_with_a_not_written_error_when_every_node_refuses() {
     assert_eq!(e.outcome(), Outcome::NotWritten, "{e}");
     assert!(at_a.load(Ordering::SeqCst) >= 2 && at_b.load(Ordering::SeqCst) >= 1, "retried on both");
     assert!(matches!(e.code(), Some(ErrorCode::NotLeader | ErrorCode::Fenced)));
-    // Back-off 20+40+80+160+200 ms fits in the 600 ms budget; the next 200 ms would not.
+    // Back-off 20+40+80+100+100+100+100 ms fits in the 600 ms budget; the next would not.
     assert!(took >= Duration::from_millis(500), "gave up early: {took:?}");
     assert!(took < Duration::from_secs(3), "budget not enforced: {took:?}");
 }
@@ -207,6 +240,96 @@ async fn unknown_outcome_answers_are_not_retried() {
         assert_eq!(e.outcome(), Outcome::Unknown, "{code:?}");
         assert_eq!((at_a.load(Ordering::SeqCst), at_b.load(Ordering::SeqCst)), (1, 0), "{code:?}");
     }
+}
+
+/// Plaintext, a 600 ms budget; the lease the fakes advertise is 200 ms.
+const LEASE_MS: u32 = 200;
+
+#[tokio::test]
+async fn a_silent_leader_is_abandoned_after_its_lease_and_not_tried_again() {
+    let (frozen, at_frozen, conns_frozen) = fake_node(Behaviour::Frozen, leader(5, LEASE_MS)).await;
+    let (next, at_next, _) = fake_node(Behaviour::Accept, leader(7, LEASE_MS)).await;
+    let c = Client::connect(&format!("{frozen},{next}"), &cfg().with_request_timeout(Duration::from_secs(30)))
+        .await
+        .unwrap();
+    let t0 = std::time::Instant::now();
+    let e = c.append(b"x").await.unwrap_err();
+    let took = t0.elapsed();
+    assert!(matches!(e, Error::Abandoned(_)), "{e}");
+    assert_eq!(e.outcome(), Outcome::Unknown);
+    // Abandoned after a lease of silence (probed after half of it), not the request timeout.
+    assert!(took >= Duration::from_millis(LEASE_MS as u64) && took < Duration::from_secs(2), "{took:?}");
+    for p in [b"y", b"z"] {
+        c.append(p).await.unwrap();
+    }
+    let n = |a: &AtomicUsize| a.load(Ordering::SeqCst);
+    assert_eq!((n(&at_frozen), n(&conns_frozen), n(&at_next)), (1, 1, 2), "went back to the silent node");
+}
+
+#[tokio::test]
+async fn a_slow_leader_that_answers_probes_is_waited_for() {
+    // It answers the append only after the second probe: three half-leases at least.
+    let (slow, at_slow, _) = fake_node(Behaviour::Hold(2), leader(5, LEASE_MS)).await;
+    let c = Client::connect(&slow, &cfg()).await.unwrap();
+    let t0 = std::time::Instant::now();
+    c.append(b"x").await.unwrap();
+    assert!(t0.elapsed() >= Duration::from_millis(LEASE_MS as u64), "answered before being probed");
+    assert_eq!(at_slow.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_name_from_an_older_epoch_and_a_former_leader_are_not_followed() {
+    // X: a follower that knows epoch 7 and names no leader (an older server's form).
+    let x_view = Some(Leadership { lease_ms: LEASE_MS, epoch: 7, state: LeaderState::Unknown });
+    let no_name = Hint { epoch: 7, state: LeaderState::Unknown, retry_ms: 0 };
+    let (x, _, _) =
+        fake_node(Behaviour::Hint(ErrorCode::NotLeader, String::new(), no_name), Hello(Role::Follower, 7, x_view))
+            .await;
+    let (old, at_old, conns_old) = fake_node(Behaviour::Accept, leader(5, LEASE_MS)).await;
+    let (new, at_new, _) = fake_node(Behaviour::Accept, leader(7, LEASE_MS)).await;
+    // F: a follower still naming the leader of epoch 5.
+    let stale = Hint { epoch: 5, state: LeaderState::Live, retry_ms: 0 };
+    let (f, at_f, _) =
+        fake_node(Behaviour::Hint(ErrorCode::NotLeader, old.clone(), stale), Hello(Role::Follower, 5, None)).await;
+    let n = |a: &AtomicUsize| a.load(Ordering::SeqCst);
+    // Epoch 7 learned from X; F's name (epoch 5, outside the list) is not followed.
+    let c = Client::connect(&format!("{x},{f},{new}"), &cfg()).await.unwrap();
+    c.append(b"a").await.unwrap();
+    assert_eq!((n(&at_f), n(&conns_old), n(&at_new)), (1, 0, 1), "followed a stale name");
+    // A node that still leads epoch 5 is connected to, seen to be a former leader, and
+    // not used.
+    let c = Client::connect(&format!("{x},{old},{new}"), &cfg()).await.unwrap();
+    c.append(b"b").await.unwrap();
+    assert_eq!((n(&at_old), n(&conns_old), n(&at_new)), (0, 1, 2), "used a former leader");
+}
+
+#[tokio::test]
+async fn no_live_leader_means_waiting_on_the_node_that_said_so() {
+    let lapsed = Hint { epoch: 6, state: LeaderState::Lapsed, retry_ms: 30 };
+    let (f, at_f, conns_f) =
+        fake_node(Behaviour::Hint(ErrorCode::NotLeader, String::new(), lapsed), Hello(Role::Follower, 6, None)).await;
+    let (other, at_other, _) = fake_node(Behaviour::Accept, leader(5, LEASE_MS)).await;
+    let c = Client::connect(&format!("{f},{other}"), &cfg()).await.unwrap();
+    let e = c.append(b"x").await.unwrap_err();
+    assert_eq!(e.outcome(), Outcome::NotWritten, "{e}");
+    let n = |a: &AtomicUsize| a.load(Ordering::SeqCst);
+    // Asked again every 30 ms (the hint) for the 600 ms budget, on the same connection (a
+    // poll costs no handshake), never the other node (whose epoch 5 is older than the 6
+    // the follower told anyway).
+    assert!(n(&at_f) >= 10, "asked {} times", n(&at_f));
+    assert_eq!(n(&conns_f), 1);
+    assert_eq!(n(&at_other), 0);
+}
+
+#[tokio::test]
+async fn an_attempt_lost_on_a_followers_connection_was_not_written_and_moves_on() {
+    // A follower restarting to take over closes its connections: what it had read it
+    // had refused anyway.
+    let (f, at_f, _) = fake_node(Behaviour::Drop, Hello(Role::Follower, 5, None)).await;
+    let (l, at_l, _) = fake_node(Behaviour::Accept, leader(6, LEASE_MS)).await;
+    let c = Client::connect(&format!("{f},{l}"), &cfg()).await.unwrap();
+    c.append(b"x").await.unwrap();
+    assert_eq!((at_f.load(Ordering::SeqCst), at_l.load(Ordering::SeqCst)), (1, 1));
 }
 
 #[test]
@@ -226,11 +349,11 @@ fn every_error_code_is_classified() {
     ];
     for v in 1..=17u16 {
         let code = ErrorCode::from_u16(v).unwrap();
-        let e = Error::Server { code: v, message: String::new() };
+        let e = Error::Server { code: v, message: String::new(), hint: None };
         let want = if not_written.contains(&code) { Outcome::NotWritten } else { Outcome::Unknown };
         assert_eq!(e.outcome(), want, "{code:?}");
     }
-    assert_eq!(Error::Server { code: 999, message: String::new() }.outcome(), Outcome::Unknown);
+    assert_eq!(Error::Server { code: 999, message: String::new(), hint: None }.outcome(), Outcome::Unknown);
     assert_eq!(Error::Closed.outcome(), Outcome::Unknown);
     assert_eq!(Error::Io(std::io::Error::other("reset")).outcome(), Outcome::Unknown);
     assert_eq!(Error::Timeout(Duration::from_secs(1)).outcome(), Outcome::Unknown);

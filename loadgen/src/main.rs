@@ -112,9 +112,11 @@ struct RunArgs {
     #[arg(long, default_value = "127.0.0.1:9400")]
     target: String,
     /// Instead of --target: the nodes of one cluster, comma-separated alternatives (`A,B`).
-    /// Each connection uses the first that accepts; a connection lost or refused
-    /// (NotLeader, Unavailable, Fenced, ...) reconnects to the next node, or to the one
-    /// NotLeader names. Appends whose answer was lost are reported as `unknown`.
+    /// Each connection uses the first that accepts and may take appends; a connection
+    /// lost, refused (NotLeader, Unavailable, Fenced, ...) or silent past the nodes'
+    /// lease reconnects by the client's leadership rules (docs/protocol.md §6.3: to the
+    /// node NotLeader names unless stale or silent, never to a former leader). Appends
+    /// whose answer was lost are reported as `unknown`.
     #[arg(long, conflicts_with = "target")]
     addr: Option<String>,
     #[arg(long, default_value_t = 100)]

@@ -14,7 +14,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use corelog_client::codec::{self, decode_frame, ErrorCode, Request, Response, PROTOCOL_VERSION};
+use corelog_client::codec::{
+    self, decode_frame, ErrorCode, Hint, Leadership, Request, Response, Role, PROTOCOL_VERSION,
+};
+use corelog_client::leadership::{Seen, Target, PROBE_ID};
 use corelog_server::net::tls_io::{self, Reader, Writer};
 use glommio::net::TcpStream;
 use glommio::{LocalExecutorBuilder, Placement};
@@ -65,10 +68,14 @@ pub struct RunConfig {
     pub targets: Vec<SocketAddr>,
     /// The targets are nodes of one cluster (alternatives): each connection uses the
     /// first that accepts, and a connection lost or refused (`NotLeader`, `Unavailable`,
-    /// `Fenced`, ...) reconnects to the next one, or to the node `NotLeader` names,
-    /// with a back-off of 20 ms doubling to 200 ms. An append whose answer was lost with
-    /// its connection counts as `unknown` (it may or may not be in the log); none is
-    /// re-sent.
+    /// `Fenced`, ...) reconnects by the leadership rules of docs/protocol.md §6.3 (the
+    /// client library's `leadership::Seen`, one per executor): to the node `NotLeader`
+    /// names unless stale or silent, to the same node when no leader holds a live lease,
+    /// else to the next one, after the refusal's retry hint or a back-off of 20 ms
+    /// doubling to 100 ms; a connection to a leader that advertises a lease is probed
+    /// after half a lease of silence and abandoned after a whole one. An append whose
+    /// answer was lost with its connection (or abandoned) counts as `unknown` (it may or
+    /// may not be in the log); none is re-sent.
     pub failover: bool,
     pub connections: usize,
     pub cores: usize,
@@ -150,6 +157,9 @@ struct Local {
     reconnects: Cell<u64>,
     /// Stream names per (shard, shard count), made on first use.
     names: RefCell<StreamNames>,
+    /// Failover: what answers showed about leadership, shared by this executor's
+    /// connections.
+    seen: RefCell<Seen>,
 }
 
 /// Stream names by (shard, shard count).
@@ -289,6 +299,7 @@ async fn executor(cfg: RunConfig, g: Arc<Global>, first: usize, share: usize) ->
         unknown: Cell::new(0),
         reconnects: Cell::new(0),
         names: Default::default(),
+        seen: Default::default(),
     });
     let conns: Rc<RefCell<Vec<Link>>> = Rc::default();
     // Connect in waves of CONNECT_CONCURRENCY.
@@ -297,16 +308,17 @@ async fn executor(cfg: RunConfig, g: Arc<Global>, first: usize, share: usize) ->
     while idx < first + share {
         let wave: Vec<_> = (idx..(idx + CONNECT_CONCURRENCY).min(first + share))
             .map(|i| {
-                let (cfg, g, conns) = (cfg.clone(), g.clone(), conns.clone());
+                let (cfg, g, conns, local) = (cfg.clone(), g.clone(), conns.clone(), local.clone());
                 glommio::spawn_local(async move {
                     if Instant::now() > connect_until {
                         g.connect_failures.fetch_add(1, Ordering::Relaxed);
                         return;
                     }
-                    match connect(&cfg, i, 0).await {
-                        Ok((r, w, alt, home)) => {
+                    match connect(&cfg, i, 0, &local.seen).await {
+                        Ok((r, w, alt, hello)) => {
                             g.connected.fetch_add(1, Ordering::Relaxed);
-                            conns.borrow_mut().push(Link { r, w, i, alt, home });
+                            let (home, role, epoch) = (hello.home, hello.role, hello.epoch);
+                            conns.borrow_mut().push(Link { r, w, i, alt, home, role, epoch });
                         }
                         Err(e) => {
                             if g.connect_failures.fetch_add(1, Ordering::Relaxed) < 3 {
@@ -376,34 +388,69 @@ async fn executor(cfg: RunConfig, g: Arc<Global>, first: usize, share: usize) ->
 /// slowest answer can take seconds).
 const LINGER_MAX: Duration = Duration::from_secs(5);
 
-/// A failover connect that has not completed in this long moves on to the next node.
+/// A failover connect that has not completed in this long moves on to the next node
+/// (a lease, once a node has advertised one: `Seen::connect_timeout`).
 const FAILOVER_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// Failover back-off: from 20 ms, doubling, at most 100 ms (or a refusal's retry hint).
+const BACKOFF_START: Duration = Duration::from_millis(20);
+const BACKOFF_MAX: Duration = Duration::from_millis(100);
+
+/// What a `HelloOk` said that a connection keeps.
+struct HelloInfo {
+    /// (shard, shard count).
+    home: (u16, u16),
+    role: Role,
+    epoch: u32,
+    leadership: Option<Leadership>,
+}
 
 /// Opens connection `i`: to its target, or (failover) to the first alternative from
-/// index `from` on that accepts. Returns the index of the target it reached.
-async fn connect(cfg: &RunConfig, i: usize, from: usize) -> Result<(Reader, Writer, usize, (u16, u16)), String> {
+/// index `from` on that accepts and may carry appends (`Seen::usable`; suspects only when
+/// every alternative is one). Returns the index of the target it reached.
+async fn connect(
+    cfg: &RunConfig,
+    i: usize,
+    from: usize,
+    seen: &RefCell<Seen>,
+) -> Result<(Reader, Writer, usize, HelloInfo), String> {
     let n = cfg.targets.len();
     if !cfg.failover {
         return connect_to(cfg, cfg.targets[i % n], i).await.map(|(r, w, h)| (r, w, i % n, h));
     }
     let mut errs = Vec::new();
-    for k in 0..n {
-        let t = (from + k) % n;
-        let attempt = glommio::timer::timeout(FAILOVER_CONNECT_TIMEOUT, async {
+    let now = Instant::now();
+    let order: Vec<usize> = (0..n).map(|k| (from + k) % n).collect();
+    let fresh: Vec<usize> =
+        order.iter().copied().filter(|&t| !seen.borrow().is_suspect(&cfg.targets[t].to_string(), now)).collect();
+    for t in if fresh.is_empty() { order } else { fresh } {
+        let addr = cfg.targets[t].to_string();
+        let limit = seen.borrow().connect_timeout(FAILOVER_CONNECT_TIMEOUT);
+        let attempt = glommio::timer::timeout(limit, async {
             connect_to(cfg, cfg.targets[t], i)
                 .await
                 .map_err(|e| glommio::GlommioError::IoError(std::io::Error::other(e)))
         });
         match attempt.await {
-            Ok((r, w, h)) => return Ok((r, w, t, h)),
-            Err(e) => errs.push(format!("{}: {e}", cfg.targets[t])),
+            Ok((r, w, h)) => match seen.borrow_mut().usable(&addr, h.role, h.epoch, h.leadership, Instant::now()) {
+                Ok(()) => return Ok((r, w, t, h)),
+                Err(why) => errs.push(why),
+            },
+            Err(glommio::GlommioError::TimedOut(_)) => {
+                let mut s = seen.borrow_mut();
+                if s.lease.is_some() {
+                    let epoch = s.epoch;
+                    s.suspect(&addr, epoch, Instant::now());
+                }
+                errs.push(format!("{addr}: no HelloOk within {limit:?}"));
+            }
+            Err(e) => errs.push(format!("{addr}: {e}")),
         }
     }
     Err(errs.join("; "))
 }
 
-/// Connects and says Hello; returns the streams and (shard, shard count) of the answer.
-async fn connect_to(cfg: &RunConfig, target: SocketAddr, i: usize) -> Result<(Reader, Writer, (u16, u16)), String> {
+/// Connects and says Hello; returns the streams and what the `HelloOk` said.
+async fn connect_to(cfg: &RunConfig, target: SocketAddr, i: usize) -> Result<(Reader, Writer, HelloInfo), String> {
     use socket2::{Domain, Protocol, Socket, Type};
     let sk = Socket::new(Domain::for_address(target), Type::STREAM, Some(Protocol::TCP)).map_err(|e| e.to_string())?;
     if let IpAddr::V4(ip) = target.ip() {
@@ -448,13 +495,17 @@ async fn connect_to(cfg: &RunConfig, target: SocketAddr, i: usize) -> Result<(Re
     w.write(&hello).await.map_err(|e| e.to_string())?;
     loop {
         if let Some((f, used)) = decode_frame(r.data()).map_err(|e| e.to_string())? {
-            let home = match Response::parse(&f).map_err(|e| e.to_string())? {
-                Response::HelloOk { shard, shard_count, .. } => (shard, shard_count),
-                Response::Error { code, message } => return Err(format!("server refused: {code} {message}")),
+            let hello = match Response::parse(&f).map_err(|e| e.to_string())? {
+                Response::HelloOk { shard, shard_count, role, epoch, leadership, .. } => {
+                    HelloInfo { home: (shard, shard_count), role, epoch, leadership }
+                }
+                Response::Error { code, message } | Response::Refusal { code, message, .. } => {
+                    return Err(format!("server refused: {code} {message}"))
+                }
                 _ => return Err(format!("unexpected opcode 0x{:02x} to Hello", f.op)),
             };
             r.consume(used);
-            return Ok((r, w, home));
+            return Ok((r, w, hello));
         }
         if !r.fill().await.map_err(|e| e.to_string())? {
             return Err("server closed the connection".into());
@@ -462,24 +513,113 @@ async fn connect_to(cfg: &RunConfig, target: SocketAddr, i: usize) -> Result<(Re
     }
 }
 
-/// Reads one response frame: (op, error code + message if it is an Error).
-async fn next(r: &mut Reader) -> Result<(u8, Option<(u16, String)>), String> {
+/// One response frame, as the driver needs it.
+enum Answer {
+    /// `Appended` / `Appended2`.
+    Appended,
+    /// An error frame (its hint, on a version-3 connection that carries one).
+    Refused { code: u16, message: String, hint: Option<Hint> },
+    /// The answer to a probe.
+    Probe { role: Role, epoch: u32, leadership: Option<Leadership> },
+    /// Anything else (an opcode not expected here).
+    Other,
+}
+
+/// Reads one response frame.
+async fn next(r: &mut Reader) -> Result<Answer, String> {
     loop {
         if let Some((f, used)) = decode_frame(r.data()).map_err(|e| e.to_string())? {
-            let op = f.op;
-            let err = match Response::parse(&f) {
-                Ok(Response::Error { code, message }) => Some((code, message.to_string())),
-                Ok(Response::WrongVersion { message, .. }) => {
-                    Some((ErrorCode::WrongExpectedVersion as u16, message.to_string()))
+            let a = match Response::parse(&f) {
+                Ok(Response::Appended { .. } | Response::Appended2 { .. }) => Answer::Appended,
+                Ok(Response::Error { code, message }) => {
+                    Answer::Refused { code, message: message.to_string(), hint: None }
                 }
-                Ok(_) => None,
+                Ok(Response::Refusal { code, message, hint }) => {
+                    Answer::Refused { code, message: message.to_string(), hint: Some(hint) }
+                }
+                Ok(Response::WrongVersion { message, .. }) => Answer::Refused {
+                    code: ErrorCode::WrongExpectedVersion as u16,
+                    message: message.to_string(),
+                    hint: None,
+                },
+                Ok(Response::HelloOk { role, epoch, leadership, .. }) if f.req_id == PROBE_ID => {
+                    Answer::Probe { role, epoch, leadership }
+                }
+                Ok(_) => Answer::Other,
                 Err(e) => return Err(e.to_string()),
             };
             r.consume(used);
-            return Ok((op, err));
+            return Ok(a);
         }
         if !r.fill().await.map_err(|e| e.to_string())? {
             return Err("server closed the connection".into());
+        }
+    }
+}
+
+/// Why an append got no answer.
+enum NoAnswer {
+    /// Nothing within the run's `--timeout`.
+    Timeout,
+    /// The connection broke.
+    Broken,
+    /// Given up: silent for a whole lease, or a probe showed the node no longer leads
+    /// with a live lease (`Seen::usable`); the node is a suspect now.
+    Abandoned,
+}
+
+/// The answer to the append just sent on `c`. Failover mode, against a leader that
+/// advertises a lease: probed after half a lease of silence (a `Hello` answered at once
+/// by a live node), abandoned after a whole one (docs/protocol.md §6.3). The read is
+/// never dropped half-way: the probe is written while it waits.
+async fn answer(
+    c: &mut Link,
+    cfg: &RunConfig,
+    seen: &RefCell<Seen>,
+    watchdog: &mut Watchdog,
+) -> Result<Answer, NoAnswer> {
+    let sent = Instant::now();
+    let addr = cfg.targets[c.alt % cfg.targets.len()].to_string();
+    let limits = seen.borrow().probe_after().zip(seen.borrow().silent_limit());
+    let Some((probe_after, silent)) = limits.filter(|_| cfg.failover) else {
+        return match watchdog.within(sent, cfg.timeout, next(&mut c.r)).await {
+            Some(Ok(a)) => Ok(a),
+            Some(Err(_)) => Err(NoAnswer::Broken),
+            None => Err(NoAnswer::Timeout),
+        };
+    };
+    let mut heard = sent;
+    let mut probed = false;
+    loop {
+        let read = next(&mut c.r);
+        let mut read = std::pin::pin!(read);
+        loop {
+            let due = if probed { heard + silent } else { heard + probe_after };
+            let limit = due.min(sent + cfg.timeout).saturating_duration_since(sent);
+            match watchdog.within(sent, limit, read.as_mut()).await {
+                Some(Ok(Answer::Probe { role, epoch, leadership })) => {
+                    if seen.borrow_mut().usable(&addr, role, epoch, leadership, Instant::now()).is_err() {
+                        return Err(NoAnswer::Abandoned);
+                    }
+                    (heard, probed) = (Instant::now(), false);
+                    break; // read the next frame
+                }
+                Some(Ok(a)) => return Ok(a),
+                Some(Err(_)) => return Err(NoAnswer::Broken),
+                None if Instant::now() >= sent + cfg.timeout => return Err(NoAnswer::Timeout),
+                None if probed => {
+                    seen.borrow_mut().suspect(&addr, c.epoch, Instant::now());
+                    return Err(NoAnswer::Abandoned);
+                }
+                None => {
+                    let mut probe = Vec::new();
+                    Request::Hello { version: PROTOCOL_VERSION }.encode(PROBE_ID, &mut probe);
+                    if c.w.write(&probe).await.is_err() {
+                        return Err(NoAnswer::Broken);
+                    }
+                    probed = true;
+                }
+            }
         }
     }
 }
@@ -492,19 +632,37 @@ struct Link {
     alt: usize,
     /// (shard, shard count) from the server's `HelloOk`.
     home: (u16, u16),
+    /// The role and epoch its `HelloOk` said.
+    role: Role,
+    epoch: u32,
 }
 
 /// Failover: replaces `c` with a connection to the alternative `from` (or the next
-/// ones), after `backoff` (doubled, up to 200 ms); false once `until` has passed.
-async fn reconnect(c: &mut Link, from: usize, cfg: &RunConfig, backoff: &mut Duration, until: Instant) -> bool {
+/// ones), after `wait` (a refusal's retry hint) or else `backoff` (doubled, up to
+/// 100 ms); false once `until` has passed.
+async fn reconnect(
+    c: &mut Link,
+    from: usize,
+    cfg: &RunConfig,
+    seen: &RefCell<Seen>,
+    (wait, backoff): (Option<Duration>, &mut Duration),
+    until: Instant,
+) -> bool {
     loop {
-        glommio::timer::sleep(*backoff).await;
-        *backoff = (*backoff * 2).min(Duration::from_millis(200));
+        // A hint (a take-over under way) paces every retry: the node is restarting, and a
+        // refused connection is cheap.
+        match wait {
+            Some(w) => glommio::timer::sleep(w).await,
+            None => {
+                glommio::timer::sleep(*backoff).await;
+                *backoff = (*backoff * 2).min(BACKOFF_MAX);
+            }
+        }
         if Instant::now() >= until {
             return false;
         }
-        if let Ok((r, w, alt, home)) = connect(cfg, c.i, from).await {
-            *c = Link { r, w, i: c.i, alt, home };
+        if let Ok((r, w, alt, hello)) = connect(cfg, c.i, from, seen).await {
+            *c = Link { r, w, i: c.i, alt, home: hello.home, role: hello.role, epoch: hello.epoch };
             return true;
         }
     }
@@ -533,7 +691,7 @@ async fn drive(
     let mut producer = cfg.idempotent.then(|| new_producer(c.i));
     let mut intended = schedule.map(|s| s.1);
     let mut pick = (c.i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1; // round-robin index or xorshift state
-    let mut backoff = Duration::from_millis(20);
+    let mut backoff = BACKOFF_START;
     let mut watchdog = Watchdog::new();
     loop {
         let now = Instant::now();
@@ -577,8 +735,10 @@ async fn drive(
                 }
             }
         }
-        // Failover: where to reconnect after this append (None: stay).
+        // Failover: where to reconnect after this append (None: stay), and after how long
+        // (a refusal's retry hint; else the back-off).
         let mut move_to: Option<usize> = None;
+        let mut wait = None;
         let mut failed = false;
         if c.w.write(&frame).await.is_err() {
             if !cfg.failover {
@@ -588,11 +748,11 @@ async fn drive(
             bump(&local.unknown); // part of it may have left
             move_to = Some(c.alt + 1);
         } else {
-            let res = watchdog.within(Instant::now(), cfg.timeout, next(&mut c.r)).await;
+            let res = answer(&mut c, &cfg, &local.seen, &mut watchdog).await;
             let done = Instant::now();
             match res {
-                Some(Ok((codec::op::APPENDED | codec::op::APPENDED2, None))) => {
-                    backoff = Duration::from_millis(20);
+                Ok(Answer::Appended) => {
+                    backoff = BACKOFF_START;
                     bump(&local.acked_total);
                     if t0 >= measure_from {
                         let us = (done - t0).as_micros().clamp(1, HIST_MAX_US as u128) as u64;
@@ -600,7 +760,7 @@ async fn drive(
                         bump(&local.acked);
                     }
                 }
-                Some(Ok((_, Some((code, msg))))) => {
+                Ok(Answer::Refused { code, message, hint }) => {
                     failed = true;
                     if t0 >= measure_from {
                         let mut e = local.errors.borrow_mut();
@@ -613,28 +773,31 @@ async fn drive(
                         if !cfg.failover {
                             return None;
                         }
-                        // NotLeader names the leader's client address when known.
-                        let named = (code == ErrorCode::NotLeader as u16)
-                            .then(|| msg.parse::<SocketAddr>().ok())
-                            .flatten()
-                            .and_then(|a| cfg.targets.iter().position(|t| *t == a));
-                        move_to = Some(named.unwrap_or(c.alt + 1));
+                        wait = hint.filter(|h| h.retry_ms > 0).map(|h| Duration::from_millis(h.retry_ms as u64));
+                        match after_refusal(&c, &cfg, &local.seen, (code, &message, hint)) {
+                            Some(to) => move_to = Some(to),
+                            // The same node again, on this connection, after the pause.
+                            None => glommio::timer::sleep(wait.unwrap_or(backoff)).await,
+                        }
                     }
                 }
-                None | Some(Ok(_)) => {
+                Ok(Answer::Probe { .. } | Answer::Other) | Err(NoAnswer::Timeout) => {
                     bump(&local.timeouts);
                     if !cfg.failover {
                         return None;
                     }
                     move_to = Some(c.alt + 1);
                 }
-                Some(Err(_)) => {
-                    // The connection broke before the answer.
+                Err(NoAnswer::Broken | NoAnswer::Abandoned) => {
+                    // The connection broke, or was given up, before the answer.
                     if !cfg.failover {
                         bump(&local.timeouts);
                         return None;
                     }
-                    bump(&local.unknown);
+                    // A follower writes nothing (a role change restarts its process).
+                    if c.role != Role::Follower {
+                        bump(&local.unknown);
+                    }
                     move_to = Some(c.alt + 1);
                 }
             }
@@ -643,13 +806,32 @@ async fn drive(
             producer = Some(new_producer(c.i));
         }
         if let Some(to) = move_to {
-            if !reconnect(&mut c, to, &cfg, &mut backoff, measure_to).await {
+            if !reconnect(&mut c, to, &cfg, &local.seen, (wait, &mut backoff), measure_to).await {
                 return None;
             }
             bump(&local.reconnects);
         }
     }
     Some(c)
+}
+
+/// Failover: the alternative to reconnect to after a refusal (`Seen::after_refusal`):
+/// the leader named if it is one of the targets, or the next one; None: the same node,
+/// on the same connection.
+fn after_refusal(c: &Link, cfg: &RunConfig, seen: &RefCell<Seen>, refusal: (u16, &str, Option<Hint>)) -> Option<usize> {
+    let (code, named, hint) = refusal;
+    let n = cfg.targets.len();
+    let at = cfg.targets[c.alt % n].to_string();
+    let code = ErrorCode::from_u16(code);
+    let named = if code == Some(ErrorCode::NotLeader) { named } else { "" };
+    match seen.borrow_mut().after_refusal(&at, code, named, hint, Instant::now()) {
+        Target::Named(a) => {
+            let t = a.parse::<SocketAddr>().ok().and_then(|a| cfg.targets.iter().position(|t| *t == a));
+            Some(t.unwrap_or(c.alt + 1))
+        }
+        Target::Stay => None,
+        Target::Other => Some(c.alt + 1),
+    }
 }
 
 fn xorshift(mut x: u64) -> u64 {

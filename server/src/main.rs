@@ -192,9 +192,11 @@ struct ServeArgs {
     /// Coordinator mode: the other node's client address (named in NotLeader answers).
     #[arg(long)]
     peer_client: Option<String>,
-    /// Coordinator mode: the leader's etcd lease, whole seconds in milliseconds. The
-    /// leader acknowledges only until its last renewal + TTL − max(TTL/10, 50 ms).
-    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1000..=60_000))]
+    /// Coordinator mode: the leader's lease. The leader beats in etcd every quarter of it
+    /// and acknowledges only until its last beat's send + lease − max(lease/10, 50 ms);
+    /// the follower takes over once the beat has been silent this long (docs/operations.md
+    /// §8). The leader key's etcd lease is this rounded up to whole seconds.
+    #[arg(long, default_value_t = 400, value_parser = clap::value_parser!(u64).range(200..=60_000))]
     lease_ttl_ms: u64,
     /// Coordinator mode: copies an append needs before it is acknowledged. 1: when the
     /// follower is lost the leader drops it from the in-sync set and acks alone
@@ -202,8 +204,8 @@ struct ServeArgs {
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=2))]
     min_insync: u8,
     /// Coordinator mode: a follower away (or not confirming a waiting append) this long
-    /// is dropped from the in-sync set.
-    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(50..))]
+    /// is dropped from the in-sync set (at once when its process is gone).
+    #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u64).range(50..))]
     isr_timeout_ms: u64,
     /// Total shards of the node (default: one per CPU). Leader and follower must agree.
     #[arg(long)]
@@ -315,9 +317,6 @@ fn serve_config(a: ServeArgs) -> Result<ServeConfig, String> {
     let coord = match a.coordinator {
         None => None,
         Some(endpoints) => {
-            if !a.lease_ttl_ms.is_multiple_of(1000) {
-                return Err("--lease-ttl-ms must be a whole number of seconds (etcd leases are)".into());
-            }
             let id_ok = |s: &str| !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
             let (node_id, peer_id) = (a.node_id.unwrap_or_default(), a.peer_id.unwrap_or_default());
             let cluster = a.cluster.unwrap_or_default();
@@ -333,7 +332,7 @@ fn serve_config(a: ServeArgs) -> Result<ServeConfig, String> {
                 peer_id,
                 peer_repl: a.peer_repl.expect("required by clap"),
                 peer_client: a.peer_client.expect("required by clap"),
-                lease_ttl: Duration::from_millis(a.lease_ttl_ms),
+                lease: Duration::from_millis(a.lease_ttl_ms),
                 min_insync: a.min_insync,
                 isr_timeout: Duration::from_millis(a.isr_timeout_ms),
             })

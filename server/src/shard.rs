@@ -432,8 +432,19 @@ impl Shard {
             let msg = "this node is shutting down (SIGTERM/SIGINT); nothing written: retry on another node or after it restarts";
             return Some((ErrorCode::ShuttingDown, msg.into()));
         }
+        let ctl = &self.cfg.ctl;
         match self.role.get() {
+            // Coordinator mode: a leader past its lease refuses (nothing written) instead
+            // of holding appends it may never acknowledge; a follower that sees no live
+            // leader names none, so that clients wait for the take-over (protocol.md §6).
+            Role::Leader if ctl.coordinated() && !ctl.may_ack(Instant::now()) => Some((
+                ErrorCode::Unavailable,
+                "this leader's lease has lapsed (etcd not heard from); nothing written: retry, a take-over may be under way".into(),
+            )),
             Role::Leader => None,
+            Role::Follower if ctl.coordinated() && ctl.view().1 == codec::LeaderState::Lapsed => {
+                Some((ErrorCode::NotLeader, String::new()))
+            }
             Role::Follower => Some((ErrorCode::NotLeader, self.cfg.leader_addr.clone().unwrap_or_default())),
             Role::Fenced => {
                 Some((ErrorCode::Fenced, format!("this node was fenced by a higher epoch than {}", self.epoch.get())))

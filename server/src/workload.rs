@@ -7,8 +7,9 @@
 //! its invocation and completion time (µs since the run's start, monotonic) and its
 //! outcome: ok at (shard, offset), failed (refused, nothing written: [`Outcome::NotWritten`])
 //! or unknown (may or may not be in the log). After a failed or unknown outcome the task
-//! drops its client, waits a little (10 ms doubling to 200 ms) and goes on with a new
-//! client and the NEXT payload: nothing is ever sent twice.
+//! waits a little (10 ms doubling to 200 ms) and goes on with the NEXT payload on the same
+//! client (which has left the failed connection and keeps what it learned about
+//! leadership): nothing is ever sent twice.
 //!
 //! [`check`] compares the history with the log read back from the surviving node
 //! ([`read_all`]): every ok is stored at its position with identical bytes; no two oks
@@ -223,7 +224,8 @@ pub fn run(cfg: &Config, live: &Arc<Live>, t0: Instant) -> History {
                         bad => {
                             let n = if matches!(bad, OpResult::Failed(_)) { &live.failed } else { &live.unknown };
                             n.fetch_add(1, Ordering::Relaxed);
-                            client = None; // a new client (connection) for the next payload
+                            // The client has left the connection that failed; it keeps what
+                            // it learned about leadership (docs/protocol.md §6.3).
                             tokio::time::sleep(backoff).await;
                             backoff = (backoff * 2).min(BACKOFF_MAX);
                         }

@@ -1,7 +1,7 @@
 //! Network partitions in coordinator mode: etcd and the two nodes each in its own network
 //! namespace (`common::netns`), the test process in the root namespace as the client
-//! host, a veth link between every two hosts. A cut sets one end of a link down for five
-//! lease TTLs (lease 1 s) under a closed-loop load of 100 connections, then heals it:
+//! host, a veth link between every two hosts. A cut sets one end of a link down for 5 s
+//! (many leases) under a closed-loop load of 100 connections, then heals it:
 //!
 //! - (a) the leader cut from everything: the follower takes over, writes resume on it
 //!   while the old leader is still cut off, and the old leader rejoins as follower;
@@ -24,48 +24,15 @@ use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use common::coord::{epoch, health, run_for, Cluster, Wiring};
-use common::etcd::Etcd;
-use common::netns::Net;
-use common::{Ports, TempDir};
+use common::coord::{epoch, health, netns_cluster, run_for, Cluster, HOSTS};
 use corelog_server::workload::{Background, History, Logs, OpResult, Report};
 
-/// How long each cut lasts: five lease TTLs.
+/// How long each cut lasts: many leases (the default is 400 ms), and more than the
+/// leader key's etcd lease (1 s).
 const CUT: Duration = Duration::from_secs(5);
-/// Every node has its own namespace: the same ports everywhere.
-const PORTS: Ports = Ports { client: 9400, repl: 9500, metrics: 9600 };
-/// Hosts of node 0 and node 1; `e` is etcd's, `c` the client's (this process).
-const HOSTS: [&str; 2] = ["a", "b"];
 
 /// One partition test at a time: each runs three servers and 100 connections.
 static SERIAL: Mutex<()> = Mutex::new(());
-
-/// etcd in `e`, node `a` in `a`, node `b` in `b`, links between all of them and `c`. Each
-/// node reaches its peer and etcd on their direct links; the client (and `--peer-client`)
-/// uses the nodes' addresses on their links to `c`.
-fn netns_cluster(test: &str) -> Option<Cluster> {
-    if !Etcd::installed(test) {
-        return None;
-    }
-    let links = [("a", "b"), ("a", "e"), ("b", "e"), ("c", "a"), ("c", "b"), ("c", "e")];
-    let net = Net::new(test, &["a", "b", "e", "c"], &links)?;
-    let dir = TempDir::new(test);
-    let etcd = Etcd::start_in(test, dir.path(), &net.exec("e"), &net.addr("e", "c"))?;
-    let wiring = |i: usize| {
-        let (me, peer) = (HOSTS[i], HOSTS[1 - i]);
-        Wiring {
-            listen: "0.0.0.0".into(),
-            host: net.addr(me, "c"),
-            wrap: net.exec(me),
-            ports: PORTS,
-            peer_repl: format!("{}:{}", net.addr(peer, me), PORTS.repl),
-            peer_client: format!("{}:{}", net.addr(peer, "c"), PORTS.client),
-            etcd: format!("http://{}:2379", net.addr("e", me)),
-        }
-    };
-    let w = [wiring(0), wiring(1)];
-    Some(Cluster::start(test, dir, etcd, Some(net), w))
-}
 
 /// A cluster with both nodes in sync and a load acknowledged for a while: (the serial
 /// lock, the cluster, the leader's index, the load).

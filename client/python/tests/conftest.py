@@ -324,7 +324,7 @@ class CoordNode(Node):
         return [str(BIN), "serve", "--data-dir", str(self.data), "--listen", self.addr,
                 "--repl-listen", f"127.0.0.1:{self.repl_port}", "--coordinator", self.etcd,
                 "--cluster", self.cluster, "--node-id", self.name, "--peer-id", self.peer_name,
-                "--peer-repl", self.peer_repl, "--peer-client", self.peer, "--lease-ttl-ms", "1000",
+                "--peer-repl", self.peer_repl, "--peer-client", self.peer,
                 "--min-insync", "1", "--metrics-listen", f"127.0.0.1:{self.metrics_port}",
                 "--shard-count", str(SHARDS), "--segment-bytes", str(4 << 20),
                 "--cert", str(self.certs / f"{self.ident}.pem"), "--key", str(self.certs / f"{self.ident}.key"),

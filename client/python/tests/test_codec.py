@@ -126,8 +126,12 @@ def _rand_response(rng: random.Random) -> codec.Response:
     k = rng.randrange(9)
     u64 = lambda: rng.getrandbits(64)  # noqa: E731
     if k == 0:
-        return HelloOk(rng.getrandbits(16), rng.getrandbits(16), rng.getrandbits(16), Role(rng.randrange(1, 4)),
-                       rng.getrandbits(32))
+        version, epoch = rng.getrandbits(16), rng.getrandbits(32)
+        leadership = None
+        if version >= codec.LEADERSHIP_VERSION:
+            state = codec.LeaderState(rng.randrange(3))
+            leadership = codec.Leadership(rng.getrandbits(32), rng.getrandbits(32), state)
+        return HelloOk(version, rng.getrandbits(16), rng.getrandbits(16), Role(rng.randrange(1, 4)), epoch, leadership)
     if k == 1:
         return Appended(rng.getrandbits(16), u64())
     if k == 2:
@@ -145,7 +149,35 @@ def _rand_response(rng: random.Random) -> codec.Response:
         return Trimmed(rng.getrandbits(16), u64())
     code = rng.choice([c for c in range(1, 30) if c not in (7, 21)])
     msg = "".join(rng.choice("abcé€😀 \t") for _ in range(rng.randrange(0, 60)))
-    return ErrorResponse(code, msg)
+    hint = None
+    if code in codec.HINT_CODES and rng.random() < 0.5:
+        hint = codec.Hint(rng.getrandbits(32), codec.LeaderState(rng.randrange(3)), rng.getrandbits(16))
+    return ErrorResponse(code, msg, hint)
+
+
+def test_version_3_leadership_bytes_are_the_documented_layout() -> None:
+    # docs/protocol.md §3: HelloOk version 3 = version u16 · shard u16 · shard_count u16 ·
+    # role u8 · epoch u32 · lease_ms u32 · epoch u32 · state u8.
+    h = HelloOk(3, 1, 2, Role.LEADER, 7, codec.Leadership(400, 9, codec.LeaderState.LAPSED))
+    body = bytes.fromhex("0300" "0100" "0200" "01" "07000000" "90010000" "09000000" "02")
+    assert h.encode(5)[13:] == body
+    f, _ = codec.decode_frame(h.encode(5))
+    assert codec.parse_response(f) == h
+    # A version-2 HelloOk carries none; a cut or unknown state is refused.
+    f, _ = codec.decode_frame(HelloOk(2, 1, 2, Role.LEADER, 7).encode(0))
+    assert codec.parse_response(f).leadership is None and len(f.body) == 11
+    for bad in (h.encode(0)[:-1], h.encode(0)[:-1] + b"\x03"):
+        bad = struct.pack("<I", len(bad) - 4) + bad[4:]
+        with pytest.raises(codec.CodecError):
+            codec.parse_response(codec.decode_frame(bad)[0])
+    # A refusal's hint: epoch u32 · state u8 · retry_ms u16 after the message.
+    e = ErrorResponse(ErrorCode.NOT_LEADER, "", codec.Hint(3, codec.LeaderState.LAPSED, 50))
+    assert e.encode(0)[13:] == bytes.fromhex("0500" "0000" "03000000" "02" "3200")
+    assert codec.parse_response(codec.decode_frame(e.encode(0))[0]) == e
+    # Only on the codes that send a client elsewhere.
+    internal = bytes.fromhex("0c00" "0000" "03000000" "02" "3200")
+    with pytest.raises(codec.CodecError):
+        codec.parse_response(Frame(codec.Op.ERROR, 0, internal))
 
 
 def test_random_requests_roundtrip_and_split_anywhere() -> None:

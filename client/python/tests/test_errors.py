@@ -145,7 +145,7 @@ def test_too_large(pair: Pair) -> None:
 
 def test_bad_version(pair: Pair) -> None:
     with _raw(pair, pair.leader.client_port) as c:
-        c.send(Hello(3).encode(0))
+        c.send(Hello(codec.PROTOCOL_VERSION + 1).encode(0))
         code, msg = error_of(c.response())
         assert code == ErrorCode.BAD_VERSION and "unsupported" in msg
         assert c.closed_after()

@@ -1,12 +1,15 @@
 //! The only state the control plane and the data plane share: atomics written by one
 //! side and read by the other, never a lock on the append path. The coordinator thread
-//! writes the lease deadline, the solo flag and the stop flag; each shard publishes
-//! what the coordinator needs to decide on the in-sync set (its `ShardSlot`).
+//! writes the lease deadline, the solo flag, the stop flag and its view of leadership
+//! (which clients are told: docs/protocol.md §6); each shard publishes what the
+//! coordinator needs to decide on the in-sync set (its `ShardSlot`).
 //!
 //! Static roles (`--role`) use `ControlCell::unbounded()`: no lease, never solo.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::Instant;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::time::{Duration, Instant};
+
+use corelog_client::codec::LeaderState;
 
 pub struct ControlCell {
     t0: Instant,
@@ -25,6 +28,12 @@ pub struct ControlCell {
     coordinated: AtomicBool,
     /// SIGTERM/SIGINT: take nothing new, answer what is in flight (`shutdown.rs`).
     draining: AtomicBool,
+    /// The leader's lease in ms (coordinator mode; 0: none), told to clients.
+    lease_ms: AtomicU32,
+    /// The newest term epoch the coordinator read from etcd (0: none yet).
+    view_epoch: AtomicU32,
+    /// Follower: whether the term's leader holds a live lease (`LeaderState` as u8).
+    leader_state: AtomicU8,
     pub slots: Vec<ShardSlot>,
 }
 
@@ -62,6 +71,9 @@ impl ControlCell {
             started: AtomicBool::new(false),
             coordinated: AtomicBool::new(false),
             draining: AtomicBool::new(false),
+            lease_ms: AtomicU32::new(0),
+            view_epoch: AtomicU32::new(0),
+            leader_state: AtomicU8::new(LeaderState::Unknown as u8),
             slots: (0..shards).map(|_| ShardSlot::default()).collect(),
         }
     }
@@ -133,6 +145,28 @@ impl ControlCell {
     /// its `writing` flag visibly set (SeqCst on both sides).
     pub fn stop(&self) {
         self.stop.store(true, Ordering::SeqCst);
+    }
+
+    pub fn set_lease(&self, lease: Duration) {
+        self.lease_ms.store(lease.as_millis().min(u32::MAX as u128) as u32, Ordering::Release);
+    }
+
+    /// The leader's lease in ms (0: no lease, static roles).
+    pub fn lease_ms(&self) -> u32 {
+        self.lease_ms.load(Ordering::Acquire)
+    }
+
+    /// The coordinator's latest reading of etcd: the term's epoch and, on a follower,
+    /// whether its leader holds a live lease.
+    pub fn set_view(&self, epoch: u32, leader: LeaderState) {
+        self.view_epoch.fetch_max(epoch, Ordering::AcqRel);
+        self.leader_state.store(leader as u8, Ordering::Release);
+    }
+
+    /// (newest term epoch read, the follower's view of its leader's lease).
+    pub fn view(&self) -> (u32, LeaderState) {
+        let s = LeaderState::from_u8(self.leader_state.load(Ordering::Acquire)).unwrap_or(LeaderState::Unknown);
+        (self.view_epoch.load(Ordering::Acquire), s)
     }
 
     pub fn gen(&self) -> u64 {

@@ -1,6 +1,6 @@
 //! A minimal etcd v3 client over etcd's JSON gateway (`POST /v3/...`, HTTP/1.1, plain
 //! TCP), blocking with short timeouts. Only what the coordinator needs: range, txn
-//! (compare mod_revision / version / value; put / delete), lease grant and keep-alive.
+//! (compare mod_revision / version / value; put), lease grant and keep-alive, compaction.
 //!
 //! Why not the `etcd-client` crate: it generates its gRPC code at build time and needs
 //! `protoc`, which a fresh machine lacks; the README's first command must build there.
@@ -79,8 +79,14 @@ impl Etcd {
 
     /// Every key starting with `prefix`.
     pub fn range_prefix(&mut self, prefix: &str) -> Result<Vec<Kv>, String> {
+        self.range_prefix_at(prefix).map(|(kvs, _)| kvs)
+    }
+
+    /// Every key starting with `prefix`, and the store's revision when it was read.
+    pub fn range_prefix_at(&mut self, prefix: &str) -> Result<(Vec<Kv>, i64), String> {
         let v =
             self.call("/v3/kv/range", &json!({"key": b64(prefix.as_bytes()), "range_end": b64(&prefix_end(prefix))}))?;
+        let revision = num(v.get("header").and_then(|h| h.get("revision")));
         let mut out = Vec::new();
         for kv in v.get("kvs").and_then(Value::as_array).into_iter().flatten() {
             out.push(Kv {
@@ -90,11 +96,28 @@ impl Etcd {
                 lease: num(kv.get("lease")),
             });
         }
-        Ok(out)
+        Ok((out, revision))
+    }
+
+    /// Discards the store's history of every key below `revision` (etcd keeps every
+    /// version of every key until it is compacted; the leader's heartbeat writes one
+    /// version per beat). A revision already compacted is not an error.
+    pub fn compact(&mut self, revision: i64) -> Result<(), String> {
+        match self.call("/v3/kv/compaction", &json!({"revision": revision.to_string()})) {
+            Ok(_) => Ok(()),
+            Err(e) if e.contains("compacted") => Ok(()),
+            Err(e) => Err(e),
+        }
     }
 
     /// Runs `ops` if every comparison holds; returns whether it did.
     pub fn txn(&mut self, cmps: &[Cmp], ops: &[Op]) -> Result<bool, String> {
+        self.txn_at(cmps, ops).map(|r| r.is_some())
+    }
+
+    /// [`Etcd::txn`]; `Some(revision)` when it ran: the store's revision it created (the
+    /// `mod_revision` of every key it put).
+    pub fn txn_at(&mut self, cmps: &[Cmp], ops: &[Op]) -> Result<Option<i64>, String> {
         let compare: Vec<Value> = cmps
             .iter()
             .map(|c| match c {
@@ -120,7 +143,8 @@ impl Etcd {
         if let Some(e) = v.get("error").or_else(|| v.get("message")) {
             return Err(format!("txn refused: {e}"));
         }
-        Ok(v.get("succeeded").and_then(Value::as_bool).unwrap_or(false))
+        let ran = v.get("succeeded").and_then(Value::as_bool).unwrap_or(false);
+        Ok(ran.then(|| num(v.get("header").and_then(|h| h.get("revision")))))
     }
 
     /// A new lease of `ttl_s` seconds; returns its id.

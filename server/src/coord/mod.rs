@@ -2,23 +2,26 @@
 //! server that talks to etcd. It runs on its own thread (blocking HTTP calls with short
 //! timeouts; the glommio data plane never waits on it) and hands its decisions to the
 //! shards through `ControlCell` atomics: the lease deadline, solo (the in-sync set is
-//! this node alone) and stop.
+//! this node alone), stop, and its view of leadership (told to clients).
 //!
 //! A role change re-executes the process (`exec` of /proc/self/exe with the same
 //! arguments, same pid): the new image recovers from disk exactly as after a crash —
 //! the path every crash test exercises — and takes its role from etcd. Before the exec
 //! every shard stops writing and the coordinator waits until no write is in flight.
 //!
-//! Leader: renews its lease every quarter TTL and may acknowledge only until
-//! `renewal sent + TTL − margin` (etcd counts the TTL from when it received the renewal,
-//! later than it was sent); it re-reads the term every tick and restarts as soon as the
-//! term is no longer its own. It drops the follower from the in-sync set (a transaction
-//! on the term revision) when the follower has been away or silent for `isr_timeout`,
-//! then acknowledges alone (degraded); it adds the follower back once it holds every
-//! acknowledged record, switching to two-copy acks first.
-//! Follower: takes over when the leader key is gone, or at once when the replication
-//! link broke and the leader's replication port refuses connections (its process is
-//! gone) — only when it is in the in-sync set (see `term::take_over`).
+//! Leader: beats every quarter lease (`term::Alive`, a transaction guarded by the term)
+//! and may acknowledge only until `beat sent + lease − margin`; it also keeps the etcd
+//! lease of its leader key (whole seconds), re-reads the term every tick and restarts as
+//! soon as the term is no longer its own. It drops the follower from the in-sync set (a
+//! transaction on the term revision) when the follower has been away or silent for
+//! `isr_timeout`, or at once when the link broke and the follower's replication port
+//! refuses connections (its process is gone); then it acknowledges alone (degraded); it
+//! adds the follower back once it holds every acknowledged record, switching to
+//! two-copy acks first.
+//! Follower: takes over when the leader's heartbeat has been silent for a whole lease
+//! (`term::Watch`), when the leader key is gone, or at once when the replication link
+//! broke and the leader's replication port refuses connections (its process is gone) —
+//! only when it is in the in-sync set (see `term::take_over`).
 
 pub mod cell;
 pub mod etcd;
@@ -30,16 +33,22 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cell::ControlCell;
+use corelog_client::codec::LeaderState;
 use etcd::{Cmp, Etcd, Op};
-use term::{Start, Term, View};
+use term::{Alive, Start, Term, View, Watch};
 
-/// Tick of the coordinator loop (term re-read, in-sync checks).
-const TICK: Duration = Duration::from_millis(50);
-/// How long after a lost replication link the follower keeps probing whether the
-/// leader's process is gone (see `follow`).
+/// Tick of the coordinator loop (term re-read, heartbeat watch, in-sync checks): a
+/// follower sees a silent lease this much late at most.
+const TICK: Duration = Duration::from_millis(25);
+/// How long after a lost replication link the coordinator keeps probing whether the
+/// peer's process is gone (see `follow`, `follower_gone`).
 const PROBE_WINDOW: Duration = Duration::from_millis(300);
 /// Timeout of one etcd request.
 const ETCD_TIMEOUT: Duration = Duration::from_millis(300);
+/// How often the leader compacts etcd's history (each beat leaves a version behind).
+const COMPACT_EVERY: Duration = Duration::from_secs(60);
+/// Shortest lease `--lease-ttl-ms` accepts: four beats and a margin must fit in it.
+pub const MIN_LEASE: Duration = Duration::from_millis(200);
 
 #[derive(Clone, Debug)]
 pub struct CoordConfig {
@@ -52,8 +61,9 @@ pub struct CoordConfig {
     pub peer_repl: SocketAddr,
     /// The peer's client address (NotLeader answers name it when it leads).
     pub peer_client: String,
-    /// etcd leases are whole seconds.
-    pub lease_ttl: Duration,
+    /// The leader's lease: it acknowledges only within it after its last heartbeat, and
+    /// the follower takes over once the heartbeat has been silent this long.
+    pub lease: Duration,
     /// Acknowledge only with this many copies (1: degrade to the leader alone; 2: never).
     pub min_insync: u8,
     /// A follower away or silent this long is dropped from the in-sync set.
@@ -61,10 +71,27 @@ pub struct CoordConfig {
 }
 
 impl CoordConfig {
-    /// How long before its lease's end (as counted from the renewal's send time) a
-    /// leader stops acknowledging: a tenth of the TTL, at least 50 ms.
+    /// How long before its lease's end (as counted from the beat's send time) a leader
+    /// stops acknowledging: a tenth of the lease, at least 50 ms (clock rates differ a
+    /// little between machines; a beat's way to etcd is not counted by the follower).
     pub fn margin(&self) -> Duration {
-        (self.lease_ttl / 10).max(Duration::from_millis(50))
+        (self.lease / 10).max(Duration::from_millis(50))
+    }
+
+    /// The TTL of the etcd lease that holds the leader key: etcd leases are whole
+    /// seconds, and it only needs to outlive the heartbeat's lease.
+    pub fn etcd_ttl(&self) -> Duration {
+        Duration::from_secs(self.lease.as_millis().div_ceil(1000).max(1) as u64)
+    }
+
+    /// A leader beats this often: four beats per lease.
+    pub fn beat_every(&self) -> Duration {
+        self.lease / 4
+    }
+
+    /// Reads further apart than this restart a follower's watch (`term::Watch`).
+    pub fn watch_gap(&self) -> Duration {
+        (TICK * 3).max(self.lease / 2)
     }
 }
 
@@ -88,6 +115,11 @@ pub struct Coordinator {
     expanding: Option<(u64, Instant)>,
     /// Last line logged per kind of trouble, and when (repeats at most every 10 s).
     said: std::collections::HashMap<&'static str, (String, Instant)>,
+    /// etcd's revision at the last read.
+    revision: i64,
+    /// When this node's claim of the term was sent (it is a beat too: its lease starts
+    /// there).
+    claimed_at: Option<Instant>,
 }
 
 impl Coordinator {
@@ -100,8 +132,8 @@ impl Coordinator {
                 cfg.node_id
             ));
         }
-        if cfg.lease_ttl.subsec_nanos() != 0 || cfg.lease_ttl.is_zero() {
-            return Err("--lease-ttl-ms must be a whole number of seconds (etcd leases are), at least 1000".into());
+        if cfg.lease < MIN_LEASE {
+            return Err(format!("--lease-ttl-ms must be at least {}", MIN_LEASE.as_millis()));
         }
         let etcd = Etcd::new(&cfg.endpoints, ETCD_TIMEOUT)?;
         let prefix = format!("/corelog/{}/", cfg.cluster);
@@ -115,6 +147,8 @@ impl Coordinator {
             term_rev: 0,
             expanding: None,
             said: Default::default(),
+            revision: 0,
+            claimed_at: None,
         };
         loop {
             match c.try_start() {
@@ -149,7 +183,8 @@ impl Coordinator {
     }
 
     fn read(&mut self) -> Result<View, String> {
-        let kvs = self.etcd.range_prefix(&self.prefix)?;
+        let (kvs, revision) = self.etcd.range_prefix_at(&self.prefix)?;
+        self.revision = revision;
         let v = View::from_kvs(&self.prefix, &kvs)?;
         if let Some((_, rev)) = &v.term {
             self.term_rev = *rev;
@@ -159,7 +194,7 @@ impl Coordinator {
 
     fn try_start(&mut self) -> Result<Option<Decision>, String> {
         if self.lease == 0 {
-            self.lease = self.etcd.grant(self.cfg.lease_ttl.as_secs() as i64)?;
+            self.lease = self.etcd.grant(self.cfg.etcd_ttl().as_secs() as i64)?;
         }
         let view = self.read()?;
         match term::on_start(&view, &self.cfg.node_id, self.disk_epoch) {
@@ -188,10 +223,11 @@ impl Coordinator {
         }
     }
 
-    /// Writes `t` and the leader key (with our lease) if the term and the leader key are
-    /// still as `view` saw them.
+    /// Writes `t`, the leader key (with our etcd lease) and a first heartbeat if the
+    /// term, the leader key and the heartbeat are still as `view` saw them (a beat that
+    /// landed since fails it: the leader was not silent after all).
     fn claim(&mut self, view: &View, t: &Term) -> Result<bool, String> {
-        let (tk, lk) = (self.key("term"), self.key("leader"));
+        let (tk, lk, ak) = (self.key("term"), self.key("leader"), self.key("alive"));
         let mut cmps = Vec::new();
         match &view.term {
             None => cmps.push(Cmp::Absent(&tk)),
@@ -201,10 +237,36 @@ impl Coordinator {
             None => cmps.push(Cmp::Absent(&lk)),
             Some((_, rev)) => cmps.push(Cmp::ModRev(&lk, *rev)),
         }
+        match &view.alive {
+            None => cmps.push(Cmp::Absent(&ak)),
+            Some((_, rev)) => cmps.push(Cmp::ModRev(&ak, *rev)),
+        }
         let value = t.encode();
         let me = self.cfg.node_id.clone();
-        let ops = [Op::Put { key: &tk, value: &value, lease: 0 }, Op::Put { key: &lk, value: &me, lease: self.lease }];
-        self.etcd.txn(&cmps, &ops)
+        let beat = Alive { epoch: t.epoch, leader: me.clone() }.encode();
+        let ops = [
+            Op::Put { key: &tk, value: &value, lease: 0 },
+            Op::Put { key: &lk, value: &me, lease: self.lease },
+            Op::Put { key: &ak, value: &beat, lease: 0 },
+        ];
+        let sent = Instant::now();
+        match self.etcd.txn_at(&cmps, &ops)? {
+            Some(rev) => {
+                (self.term_rev, self.claimed_at) = (rev, Some(sent));
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    /// The leader's heartbeat: holds only while the term is the one last read and the
+    /// leader key is ours. `Ok(false)`: it did not hold (the read decides what changed).
+    fn beat(&mut self, t: &Term) -> Result<bool, String> {
+        let (tk, lk, ak) = (self.key("term"), self.key("leader"), self.key("alive"));
+        let me = self.cfg.node_id.clone();
+        let beat = Alive { epoch: t.epoch, leader: me.clone() }.encode();
+        let cmps = [Cmp::ModRev(&tk, self.term_rev), Cmp::Value(&lk, &me)];
+        self.etcd.txn(&cmps, &[Op::Put { key: &ak, value: &beat, lease: 0 }])
     }
 
     /// Changes the term's in-sync set, guarded by its revision and our leadership.
@@ -213,12 +275,20 @@ impl Coordinator {
         let value = Term { isr, ..t.clone() }.encode();
         let me = self.cfg.node_id.clone();
         let cmps = [Cmp::ModRev(&tk, self.term_rev), Cmp::Value(&lk, &me)];
-        self.etcd.txn(&cmps, &[Op::Put { key: &tk, value: &value, lease: 0 }])
+        match self.etcd.txn_at(&cmps, &[Op::Put { key: &tk, value: &value, lease: 0 }])? {
+            Some(rev) => {
+                self.term_rev = rev; // the next beat compares it
+                Ok(true)
+            }
+            None => Ok(false),
+        }
     }
 
     /// Runs for the life of this incarnation; never returns (it re-executes the process).
     pub fn run(mut self, ctl: Arc<ControlCell>) -> ! {
         let d = self.decision.clone().expect("decided in start");
+        ctl.set_lease(self.cfg.lease);
+        ctl.set_view(d.term.epoch, LeaderState::Unknown);
         gauges(&d.term, d.leading, ctl.solo());
         let why = if d.leading { self.lead(&ctl, d.term) } else { self.follow(&ctl, d.term) };
         restart(&ctl, &why)
@@ -226,24 +296,35 @@ impl Coordinator {
 
     /// Keeps the lease; returns why this node stopped leading.
     fn lead(&mut self, ctl: &ControlCell, mut t: Term) -> String {
-        let ttl = self.cfg.lease_ttl;
-        let mut next_renew = Instant::now();
+        let ttl = self.cfg.etcd_ttl();
+        let (mut next_renew, mut next_beat) = (Instant::now(), Instant::now());
         let mut lapsed = None;
+        let mut compact = (Instant::now() + COMPACT_EVERY, 0);
+        // The claim was a beat: acknowledge from here (the shards may still be recovering).
+        if let Some(at) = self.claimed_at {
+            ctl.set_lease_until(at + self.cfg.lease.saturating_sub(self.cfg.margin()));
+        }
         loop {
             let now = Instant::now();
-            if now >= next_renew {
-                match self.etcd.keep_alive(self.lease) {
-                    Ok(Some(granted)) => {
-                        // etcd counts `granted` from when it received this renewal,
-                        // after `now`: stop acking a margin before that.
-                        let ttl = granted.min(ttl);
-                        ctl.set_lease_until(now + ttl.saturating_sub(self.cfg.margin()));
-                        next_renew = now + ttl / 4;
+            if now >= next_beat {
+                match self.beat(&t) {
+                    // etcd counts nothing here: the follower's watch starts when it sees
+                    // this beat, after it was sent; stop acking a margin before then.
+                    Ok(true) => {
+                        ctl.set_lease_until(now + self.cfg.lease.saturating_sub(self.cfg.margin()));
+                        next_beat = now + self.cfg.beat_every();
                     }
-                    Ok(None) => return format!("lease {} expired in etcd", self.lease),
+                    Ok(false) => {} // the term or the leader key changed: the read below says how
                     Err(e) => {
                         self.note("renew", &format!("cannot renew the lease ({e}); acknowledgements stop at its end"))
                     }
+                }
+            }
+            if now >= next_renew {
+                match self.etcd.keep_alive(self.lease) {
+                    Ok(Some(granted)) => next_renew = now + granted.min(ttl) / 4,
+                    Ok(None) => return format!("lease {} expired in etcd", self.lease),
+                    Err(e) => self.note("keepalive", &format!("cannot keep the leader key's etcd lease alive ({e})")),
                 }
             }
             let l = !ctl.may_ack(Instant::now());
@@ -257,11 +338,21 @@ impl Coordinator {
                         return why;
                     }
                     t = view.term.expect("checked by still_leading").0;
+                    ctl.set_view(t.epoch, LeaderState::Unknown);
                     if let Err(e) = self.manage_isr(ctl, &t) {
                         self.note("isr", &format!("in-sync set: {e}"));
                     }
                 }
                 Err(e) => self.note("etcd", &format!("etcd unreachable: {e}")),
+            }
+            if now >= compact.0 {
+                // History older than a minute is what a beat left behind.
+                if compact.1 > 0 {
+                    if let Err(e) = self.etcd.compact(compact.1) {
+                        self.note("compact", &format!("etcd compaction: {e}"));
+                    }
+                }
+                compact = (now + COMPACT_EVERY, self.revision);
             }
             std::thread::sleep(TICK);
         }
@@ -279,15 +370,19 @@ impl Coordinator {
                 (since != 0).then(|| ctl.instant(since - 1))
             });
             let Some(oldest) = stalled.min() else { return Ok(()) };
-            if now.saturating_duration_since(oldest) < self.cfg.isr_timeout {
+            let why = if now.saturating_duration_since(oldest) >= self.cfg.isr_timeout {
+                format!("away or silent for {:?}", self.cfg.isr_timeout)
+            } else if self.follower_gone(ctl, now) {
+                "gone (its link broke and its replication port refuses connections)".to_string()
+            } else {
                 return Ok(());
-            }
+            };
             if self.set_isr(t, vec![self.cfg.node_id.clone()])? {
                 ctl.set_solo(true);
                 gauges(&Term { isr: vec![self.cfg.node_id.clone()], ..t.clone() }, true, true);
                 log::warn!(
-                    "coordinator: DEGRADED: follower {peer} away or silent for {:?}: removed from the in-sync set of epoch {}; acknowledging on this node's fsync alone",
-                    self.cfg.isr_timeout, t.epoch
+                    "coordinator: DEGRADED: follower {peer} {why}: removed from the in-sync set of epoch {}; acknowledging on this node's fsync alone",
+                    t.epoch
                 );
             }
             return Ok(());
@@ -337,10 +432,23 @@ impl Coordinator {
         }
     }
 
+    /// A shard's link to the follower broke within `PROBE_WINDOW` and the follower's
+    /// replication port refuses connections: its process is gone, no need to wait for
+    /// `isr_timeout`. (A frozen or cut-off follower does not refuse: that one waits.)
+    fn follower_gone(&self, ctl: &ControlCell, now: Instant) -> bool {
+        use std::sync::atomic::Ordering::Acquire;
+        let broke = ctl.slots.iter().any(|s| {
+            let since = s.stalled_since.load(Acquire);
+            since != 0 && !s.near.load(Acquire) && now.saturating_duration_since(ctl.instant(since - 1)) < PROBE_WINDOW
+        });
+        broke && refuses(self.cfg.peer_repl)
+    }
+
     /// Keeps our lease (needed to claim the leader key); returns why we take over.
     fn follow(&mut self, ctl: &ControlCell, mut shown: Term) -> String {
         let mut next_renew = Instant::now();
         let mut links_lost = 0;
+        let mut watch = Watch::new(self.cfg.lease, self.cfg.watch_gap());
         // After a replication link was lost, the leader's replication port is probed
         // every tick for PROBE_WINDOW: a dying process may still hold its listening
         // socket for a moment after its connections broke. (A live leader logs each
@@ -350,8 +458,8 @@ impl Coordinator {
             let now = Instant::now();
             if now >= next_renew {
                 match self.etcd.keep_alive(self.lease) {
-                    Ok(Some(_)) => next_renew = now + self.cfg.lease_ttl / 4,
-                    Ok(None) => match self.etcd.grant(self.cfg.lease_ttl.as_secs() as i64) {
+                    Ok(Some(_)) => next_renew = now + self.cfg.etcd_ttl() / 4,
+                    Ok(None) => match self.etcd.grant(self.cfg.etcd_ttl().as_secs() as i64) {
                         Ok(l) => self.lease = l,
                         Err(e) => self.note("renew", &format!("lease grant: {e}")),
                     },
@@ -375,18 +483,28 @@ impl Coordinator {
                             shown = t.clone();
                         }
                     }
-                    if (view.leader.is_none() || leader_dead) && !ctl.started() {
+                    let silent = watch.observe(view.beat(), Instant::now()).is_some();
+                    let lost = view.leader.is_none() || leader_dead || silent;
+                    let state = if lost { LeaderState::Lapsed } else { LeaderState::Live };
+                    ctl.set_view(view.term.as_ref().map_or(0, |(t, _)| t.epoch), state);
+                    if lost && !ctl.started() {
                         self.note("take-over", "leader lost while this node is still recovering: no take-over yet");
-                    } else if (view.leader.is_none() || leader_dead) && crate::control::any_repair_mark() {
+                    } else if lost && crate::control::any_repair_mark() {
                         self.note(
                             "take-over",
                             "leader lost, but a shard here is marked needs-repair (it may lack acknowledged records): no take-over",
                         );
-                    } else if view.leader.is_none() || leader_dead {
-                        match term::take_over(&view, &self.cfg.node_id, self.disk_epoch, leader_dead) {
+                    } else if lost {
+                        match term::take_over(&view, &self.cfg.node_id, self.disk_epoch, leader_dead || silent) {
                             Ok(t) => match self.claim(&view, &t) {
                                 Ok(true) => {
-                                    let how = if leader_dead { "its process is gone" } else { "its lease expired" };
+                                    let how = if leader_dead {
+                                        "its process is gone".to_string()
+                                    } else if silent {
+                                        format!("its heartbeat was silent for {:?}", self.cfg.lease)
+                                    } else {
+                                        "its etcd lease expired".to_string()
+                                    };
                                     return format!(
                                         "took over as leader of epoch {}: the leader is lost ({how})",
                                         t.epoch
@@ -399,7 +517,10 @@ impl Coordinator {
                         }
                     }
                 }
-                Err(e) => self.note("etcd", &format!("etcd unreachable: {e}")),
+                Err(e) => {
+                    ctl.set_view(0, LeaderState::Unknown);
+                    self.note("etcd", &format!("etcd unreachable: {e}"))
+                }
             }
             std::thread::sleep(TICK);
         }
@@ -407,8 +528,11 @@ impl Coordinator {
 }
 
 /// The peer's replication port refuses connections (nobody listens: its process is gone).
+/// A live host refuses at once; one that does not answer within a tick (cut off, far
+/// away) is not judged here — the heartbeat or `--isr-timeout-ms` decides — and the
+/// coordinator's loop is not held up.
 fn refuses(addr: SocketAddr) -> bool {
-    matches!(TcpStream::connect_timeout(&addr, Duration::from_millis(100)),
+    matches!(TcpStream::connect_timeout(&addr, TICK),
         Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused)
 }
 

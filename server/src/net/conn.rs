@@ -11,8 +11,8 @@ use std::rc::Rc;
 use std::time::Instant;
 
 use corelog_client::codec::{
-    self, decode_frame_max, ErrorCode, Request, Response, StreamReq, MAX_REQUEST_FRAME, MIN_PROTOCOL_VERSION,
-    PROTOCOL_VERSION,
+    self, decode_frame_max, ErrorCode, Hint, LeaderState, Leadership, Request, Response, Role, StreamReq,
+    LEADERSHIP_VERSION, MAX_REQUEST_FRAME, MIN_PROTOCOL_VERSION, PROTOCOL_VERSION,
 };
 use corelog_client::record::{self, check_stream_name};
 use glommio::net::TcpStream;
@@ -117,25 +117,31 @@ async fn read_loop(
                     }
                     said_hello = true;
                     version = v;
+                    // Answered at once, also behind appends still waiting: a client probes a
+                    // silent connection with a repeated Hello (protocol.md §6).
                     let r = Response::HelloOk {
                         version: v,
                         shard: shard.id(),
                         shard_count: shard.cfg.shard_count,
                         role: shard.role(),
                         epoch: shard.epoch(),
+                        leadership: (v >= LEADERSHIP_VERSION).then(|| leadership(shard)),
                     };
                     r.encode(req_id, &mut out.buf.borrow_mut());
                     out.wake.notify();
                 }
                 Request::Append { payload } => {
-                    append(shard, out, req_id, AppendReq::default(), AckForm::V1, payload).await
+                    append(shard, out, (req_id, version), AppendReq::default(), AckForm::V1, payload).await
                 }
                 Request::Append2 { producer, stream, payload } => {
                     need_v2(version, "Append2", req_id)?;
                     let form = AckForm::V2 { duplicate: false, version: None };
                     match stream.map(|s| check_stream(shard, s)).transpose() {
-                        Ok(stream) => append(shard, out, req_id, AppendReq { producer, stream }, form, payload).await,
-                        Err(e) => answer_later(out, req_id, e).await,
+                        Ok(stream) => {
+                            let req = AppendReq { producer, stream };
+                            append(shard, out, (req_id, version), req, form, payload).await
+                        }
+                        Err(e) => answer_later(shard, out, (req_id, version), e).await,
                     }
                 }
                 Request::ReadStream { name, from_version, max_count, max_bytes } => {
@@ -146,7 +152,7 @@ async fn read_loop(
                             let q = StreamRead { req_id, version, from: from_version, max_count, max_bytes };
                             read_stream(shard, out, name, q).await?
                         }
-                        Err(e) => answer_later(out, req_id, e).await,
+                        Err(e) => answer_later(shard, out, (req_id, version), e).await,
                     }
                 }
                 Request::Read { shard: s, from, max_bytes } => {
@@ -255,12 +261,43 @@ fn check_stream<'a>(shard: &Shard, s: StreamReq<'a>) -> Result<(&'a str, codec::
     Ok((name, expect))
 }
 
+/// This node's view of leadership, as a version-3 `HelloOk` tells it.
+fn leadership(shard: &Shard) -> Leadership {
+    let ctl = &shard.cfg.ctl;
+    let (epoch, follower_view) = ctl.view();
+    let state = match (ctl.coordinated(), shard.role()) {
+        (false, _) => LeaderState::Unknown,
+        (true, Role::Leader) if ctl.may_ack(Instant::now()) => LeaderState::Live,
+        (true, Role::Leader | Role::Fenced) => LeaderState::Lapsed,
+        (true, Role::Follower) => follower_view,
+    };
+    Leadership { lease_ms: ctl.lease_ms(), epoch: epoch.max(shard.epoch()), state }
+}
+
+/// The hint a version-3 refusal carries: the newest epoch known, whether a leader holds
+/// a live lease, and — when none does — how soon to ask again (a sixteenth of the lease:
+/// a take-over is under way, and the new leader is ready a few such steps later).
+fn hint(shard: &Shard) -> Hint {
+    let l = leadership(shard);
+    let retry_ms = match l.state {
+        LeaderState::Lapsed => (l.lease_ms / 16).clamp(10, 200) as u16,
+        _ => 0,
+    };
+    Hint { epoch: l.epoch, state: l.state, retry_ms }
+}
+
 /// Answers a refused request once every earlier answer of the connection has left.
-async fn answer_later(out: &Rc<ConnOut>, req_id: u64, r: Refused) {
+/// `at`: the request id and the connection's protocol version.
+async fn answer_later(shard: &Shard, out: &Rc<ConnOut>, at: (u64, u16), r: Refused) {
+    let (req_id, version) = at;
     while out.inflight.get() > 0 {
         out.drained.wait().await;
     }
     match r {
+        Refused::Error(code, msg) if version >= LEADERSHIP_VERSION && codec::carries_hint(code as u16) => {
+            codec::encode_refusal(req_id, code as u16, &msg, hint(shard), &mut out.buf.borrow_mut());
+            out.wake.notify();
+        }
         Refused::Error(code, msg) => out.push_error(req_id, code, &msg),
         Refused::WrongVersion { current, msg } => {
             codec::encode_wrong_version(req_id, current, &msg, &mut out.buf.borrow_mut());
@@ -283,8 +320,17 @@ fn push_out_of_range(out: &ConnOut, version: u16, req_id: u64, first: u64, what:
 }
 
 /// One append (either version). Errors and duplicates are answered after every earlier
-/// answer of the connection (answers leave in request order).
-async fn append(shard: &Rc<Shard>, out: &Rc<ConnOut>, req_id: u64, req: AppendReq<'_>, form: AckForm, payload: &[u8]) {
+/// answer of the connection (answers leave in request order). `at`: the request id and
+/// the connection's protocol version.
+async fn append(
+    shard: &Rc<Shard>,
+    out: &Rc<ConnOut>,
+    at: (u64, u16),
+    req: AppendReq<'_>,
+    form: AckForm,
+    payload: &[u8],
+) {
+    let req_id = at.0;
     while out.inflight.get() >= MAX_INFLIGHT_PER_CONN {
         out.drained.wait().await;
     }
@@ -304,7 +350,7 @@ async fn append(shard: &Rc<Shard>, out: &Rc<ConnOut>, req_id: u64, req: AppendRe
                 }
                 // The original's offset was handed out again meanwhile: append it anew.
             }
-            Err(r) => return answer_later(out, req_id, r).await,
+            Err(r) => return answer_later(shard, out, at, r).await,
         }
     }
 }

@@ -1,20 +1,29 @@
 //! Coordinator-mode clusters for the failover and partition tests: a single-member etcd
 //! and two nodes `a` and `b` (on loopback, or in network namespaces), a recorded
-//! closed-loop workload against them, and the checks of its history: every ack read back
-//! at its position with its bytes (`workload::check`), epoch order (no split brain) and
-//! Porcupine (tools/porcupine; needs `go`).
+//! closed-loop workload against them (the Rust client's, in process, or the Python
+//! client's, `client/python/tests/failover_load.py`), and the checks of its history:
+//! every ack read back at its position with its bytes (`workload::check`), epoch order
+//! (no split brain) and Porcupine (tools/porcupine; needs `go`).
 
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::etcd::Etcd;
 use super::netns::Net;
 use super::{certs, client_config, runtime, Node, Ports, TempDir};
-use corelog_client::ClientConfig;
-use corelog_server::workload::{self, Background, History, Linearizability, Logs, OpResult, Report};
+use corelog_client::{ClientConfig, Position};
+use corelog_server::workload::{self, Background, History, Linearizability, Logs, Op, OpResult, Report};
 
 pub const CONNECTIONS: usize = 100;
+/// Every node has its own namespace: the same ports everywhere.
+pub const NETNS_PORTS: Ports = Ports { client: 9400, repl: 9500, metrics: 9600 };
+/// Hosts of node 0 and node 1 in a netns cluster; `e` is etcd's, `c` the client's (the
+/// test process, in the root namespace).
+pub const HOSTS: [&str; 2] = ["a", "b"];
 
 /// etcd, then two coordinator-mode nodes `a` and `b`. Dropped in this order: nodes,
 /// etcd, namespaces, data.
@@ -67,8 +76,6 @@ fn coord_args(cluster: &str, dir: &Path, certs: &Path, i: usize, w: &Wiring) -> 
         &w.peer_repl,
         "--peer-client",
         &w.peer_client,
-        "--lease-ttl-ms",
-        "1000",
         "--min-insync",
         "1",
         "--metrics-listen",
@@ -127,6 +134,34 @@ pub fn cluster(test: &str) -> Option<Cluster> {
     };
     let w = [wiring(0), wiring(1)];
     Some(Cluster::start(test, dir, etcd, None, w))
+}
+
+/// etcd in `e`, node `a` in `a`, node `b` in `b`, links between all of them and `c` (this
+/// process). Each node reaches its peer and etcd on their direct links; the client (and
+/// `--peer-client`) uses the nodes' addresses on their links to `c`. None (after
+/// `common::skip`) without etcd or network namespaces.
+pub fn netns_cluster(test: &str) -> Option<Cluster> {
+    if !Etcd::installed(test) {
+        return None;
+    }
+    let links = [("a", "b"), ("a", "e"), ("b", "e"), ("c", "a"), ("c", "b"), ("c", "e")];
+    let net = Net::new(test, &["a", "b", "e", "c"], &links)?;
+    let dir = TempDir::new(test);
+    let etcd = Etcd::start_in(test, dir.path(), &net.exec("e"), &net.addr("e", "c"))?;
+    let wiring = |i: usize| {
+        let (me, peer) = (HOSTS[i], HOSTS[1 - i]);
+        Wiring {
+            listen: "0.0.0.0".into(),
+            host: net.addr(me, "c"),
+            wrap: net.exec(me),
+            ports: NETNS_PORTS,
+            peer_repl: format!("{}:{}", net.addr(peer, me), NETNS_PORTS.repl),
+            peer_client: format!("{}:{}", net.addr(peer, "c"), NETNS_PORTS.client),
+            etcd: format!("http://{}:2379", net.addr("e", me)),
+        }
+    };
+    let w = [wiring(0), wiring(1)];
+    Some(Cluster::start(test, dir, etcd, Some(net), w))
 }
 
 /// The `role=… epoch=… insync=… degraded=…` part of a node's /health; "" when down.
@@ -229,6 +264,15 @@ impl Cluster {
         start_load(self.addrs(), self.client(), tag)
     }
 
+    /// A recorded load of `conns` connections by the client `kind` ("rust" or "python").
+    pub fn load_of(&self, kind: &str, tag: &str, conns: usize) -> Load {
+        match kind {
+            "rust" => Load::Rust(start_load_n(self.addrs(), self.client(), tag, conns)),
+            "python" => Load::Python(PyLoad::start(&self.addrs(), &self.certs, self.dir.path(), tag, conns)),
+            k => panic!("no client {k:?}: rust or python"),
+        }
+    }
+
     pub fn read(&self, i: usize) -> Logs {
         runtime().block_on(workload::read_all(&self.nodes[i].addr(), &self.client())).expect("read back")
     }
@@ -267,15 +311,170 @@ impl Cluster {
 }
 
 pub fn start_load(addrs: Vec<String>, client: ClientConfig, tag: &str) -> Background {
+    start_load_n(addrs, client, tag, CONNECTIONS)
+}
+
+fn start_load_n(addrs: Vec<String>, client: ClientConfig, tag: &str, connections: usize) -> Background {
     workload::spawn(workload::Config {
         addrs,
         client: client.with_failover_timeout(Duration::from_secs(3)).with_request_timeout(Duration::from_secs(5)),
-        connections: CONNECTIONS,
-        duration: Duration::from_secs(300),
+        connections,
+        duration: Duration::from_secs(600),
         payload_bytes: 48,
         tag: tag.into(),
     })
     .expect("workload")
+}
+
+/// A recorded load: the Rust workload in this process, or the Python client's in a child.
+pub enum Load {
+    Rust(Background),
+    Python(PyLoad),
+}
+
+impl Load {
+    /// µs since the load's start, on its history's clock.
+    pub fn now_us(&self) -> u64 {
+        match self {
+            Load::Rust(b) => b.now_us(),
+            Load::Python(p) => p.now_us(),
+        }
+    }
+
+    pub fn oks(&self) -> u64 {
+        match self {
+            Load::Rust(b) => b.live.oks(),
+            Load::Python(p) => p.oks.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Lets the load run at least `at_least` and until `more` further appends were
+    /// acknowledged (polled, at most 60 s).
+    pub fn run_for(&self, at_least: Duration, more: u64, what: &str) {
+        let (from, base) = (Instant::now(), self.oks());
+        let deadline = from + Duration::from_secs(60);
+        while self.oks() < base + more || from.elapsed() < at_least {
+            assert!(Instant::now() < deadline, "{what}: fewer than {more} acknowledgements in 60 s");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    pub fn finish(self) -> History {
+        match self {
+            Load::Rust(b) => b.finish(),
+            Load::Python(p) => p.finish(),
+        }
+    }
+}
+
+/// `client/python/tests/failover_load.py` in a child process (the package from the source
+/// tree; `CORELOG_PYTHON` names the interpreter, default `python3`), on this process's
+/// monotonic clock: its history's times are µs since `t0`.
+pub struct PyLoad {
+    child: Child,
+    t0: Instant,
+    out: PathBuf,
+    tag: String,
+    oks: Arc<AtomicU64>,
+    done: Arc<AtomicBool>,
+}
+
+impl PyLoad {
+    pub fn start(addrs: &[String], certs: &Path, dir: &Path, tag: &str, conns: usize) -> PyLoad {
+        let repo = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root").to_path_buf();
+        let python = std::env::var("CORELOG_PYTHON").unwrap_or_else(|_| "python3".into());
+        let out = dir.join(format!("{tag}.pyhistory"));
+        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: a valid timespec; CLOCK_MONOTONIC is Instant's clock on Linux.
+        assert_eq!(unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) }, 0);
+        let t0 = Instant::now();
+        let t0_ns = ts.tv_sec as i128 * 1_000_000_000 + ts.tv_nsec as i128;
+        let mut child = Command::new(&python)
+            .arg(repo.join("client/python/tests/failover_load.py"))
+            .args(["--addrs", &addrs.join(","), "--tag", tag, "--conns", &conns.to_string()])
+            .arg("--certs")
+            .arg(certs)
+            .args(["--t0-ns", &t0_ns.to_string()])
+            .arg("--out")
+            .arg(&out)
+            .env("PYTHONPATH", repo.join("client/python/src"))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("{python}: {e}"));
+        let (oks, done) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicBool::new(false)));
+        let (o, d) = (oks.clone(), done.clone());
+        let stdout = child.stdout.take().expect("piped");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                match line.split_once(' ') {
+                    Some(("oks", n)) => o.store(n.parse().unwrap_or(0), Ordering::Relaxed),
+                    _ if line == "ready" => {
+                        let _ = tx.send(());
+                    }
+                    _ if line == "done" => d.store(true, Ordering::Release),
+                    _ => {}
+                }
+            }
+        });
+        rx.recv_timeout(Duration::from_secs(30)).expect("the Python load said ready");
+        PyLoad { child, t0, out, tag: tag.into(), oks, done }
+    }
+
+    fn now_us(&self) -> u64 {
+        self.t0.elapsed().as_micros() as u64
+    }
+
+    /// Stops the load (appends in flight get 5 s), then reads its history.
+    fn finish(mut self) -> History {
+        drop(self.child.stdin.take()); // EOF: stop
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !self.done.load(Ordering::Acquire) {
+            assert!(Instant::now() < deadline, "the Python load did not finish within 60 s");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.wait();
+        read_history(&self.out, &self.tag)
+    }
+}
+
+impl Drop for PyLoad {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill(); // by pid
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// A history in the workload's line format (`op CONN SEQ INVOKE_US DONE_US PAYLOAD ...`).
+pub fn read_history(path: &Path, tag: &str) -> History {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut ops: Vec<Op> = text.lines().filter(|l| l.starts_with("op ")).map(op_of_line).collect();
+    ops.sort_by_key(|o| (o.invoke_us, o.conn, o.seq));
+    History { tag: tag.into(), ops }
+}
+
+fn op_of_line(line: &str) -> Op {
+    let parsed = || -> Option<Op> {
+        // op CONN SEQ INVOKE_US DONE_US PAYLOAD RESULT…
+        let f: Vec<&str> = line.splitn(7, ' ').collect();
+        let n = |i: usize| f.get(i)?.parse::<u64>().ok();
+        let (kind, rest) = f.get(6)?.split_once(' ').unwrap_or((f.get(6)?, ""));
+        let result = match kind {
+            "ok" => {
+                let (s, o) = rest.split_once(' ')?;
+                OpResult::Ok(Position { shard: s.parse().ok()?, offset: o.parse().ok()? })
+            }
+            "failed" => OpResult::Failed(rest.into()),
+            "unknown" => OpResult::Unknown(rest.into()),
+            _ => return None,
+        };
+        let payload = f.get(5)?.as_bytes().to_vec();
+        Some(Op { conn: n(1)? as u32, seq: n(2)?, payload, invoke_us: n(3)?, done_us: n(4)?, result })
+    };
+    parsed().unwrap_or_else(|| panic!("bad history line {line:?}"))
 }
 
 /// Lets the load run at least `at_least` and until `more` further appends were

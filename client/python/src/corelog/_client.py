@@ -5,6 +5,7 @@ ports; tails, subscriptions and producers are made here and live in their own mo
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any, Callable, Dict, Iterable, List, Optional, TypeVar
 
 from . import codec
@@ -18,6 +19,7 @@ from ._connection import (
     Addrs, Connection, _check_addrs, _check_int, _check_name, _check_payload, _records, _response, _why,
     config_error, log,
 )
+from ._leadership import NAMED, OTHER, STAY, Seen
 from ._producer import Producer
 from ._push import Subscription, Tail
 from ._retry import LOST, MOVE, Attempts
@@ -54,6 +56,9 @@ class Client:
         #: The client whose shard count this one shares (shard clients: their maker).
         self._root: Client = _parent._root if _parent is not None else self
         self._count: Optional[int] = None
+        #: What answers showed about leadership (docs/protocol.md §6.3); shared with the
+        #: shard clients.
+        self._seen: Seen = _parent._seen if _parent is not None else Seen()
 
     # ------------------------------------------------------------------ connections
 
@@ -117,10 +122,12 @@ class Client:
         return root._count
 
     async def _connection(self, budget: Optional[float] = None) -> Connection:
-        """The current connection, or a new one to the first address that answers (a
-        leader named by ``NotLeader`` first), each within ``connect_timeout`` and all
-        within ``budget`` seconds. :class:`Unreachable` if none answers;
-        :class:`ConfigError` if none answers and one failed for a reason no retry cures."""
+        """The current connection, or a new one to the first address that answers and may
+        carry appends (docs/protocol.md §6.3): a leader named by ``NotLeader`` first,
+        suspects only when every address is one, each within ``connect_timeout`` (a lease
+        once one is known) and all within ``budget`` seconds. :class:`Unreachable` if none
+        answers; :class:`ConfigError` if none answers and one failed for a reason no retry
+        cures."""
         if self._lock is None:
             self._lock = asyncio.Lock()
         async with self._lock:
@@ -136,30 +143,63 @@ class Client:
             hint, self._hint = self._hint, None
             order = ([hint] if hint is not None else []) + \
                 [self._addrs[(self._next + k) % len(self._addrs)] for k in range(len(self._addrs))]
-            for k, a in enumerate(order):
-                timeout = self.config.connect_timeout if end is None else min(self.config.connect_timeout,
-                                                                              end - loop.time())
+            now = time.monotonic()
+            fresh = [a for a in order if not self._seen.is_suspect(a, now)]
+            for k, a in enumerate(fresh or order):
+                connect = self._seen.connect_timeout(self.config.connect_timeout)
+                timeout = connect if end is None else min(connect, end - loop.time())
                 if timeout <= 0:
                     errs.append(f"{a}: failover budget spent")
                     break
                 try:
-                    self._conn = await Connection.open(a, self.config, timeout=timeout)
-                    return self._conn
+                    c = await Connection.open(a, self.config, timeout=timeout, seen=self._seen)
                 except (OSError, asyncio.TimeoutError, CorelogError) as e:
                     errs.append(f"{a}: {_why(e)}")
                     bad = bad or config_error(a, self.config, e)
+                    if isinstance(e, asyncio.TimeoutError) and self._seen.lease is not None:
+                        # No answer within a lease: not tried again until it expires.
+                        self._seen.suspect(a, self._seen.epoch, time.monotonic())
                     if a is not hint:
                         self._next = (self._addrs.index(a) + 1) % len(self._addrs)
+                    continue
+                why = self._seen.usable(a, c.info.role, c.info.epoch, c.info.leadership, time.monotonic())
+                if why is None:
+                    self._conn = c
+                    if a is not hint:
+                        self._next = self._addrs.index(a)
+                    return c
+                c.close()
+                errs.append(why)
+                if a is not hint:
+                    self._next = (self._addrs.index(a) + 1) % len(self._addrs)
             if bad is not None:
                 raise bad
             log.info("no node reachable: %s", "; ".join(errs))
             raise Unreachable("no node reachable: " + "; ".join(errs))
 
-    def _move_on(self, old: Connection, to: Optional[str] = None) -> None:
+    def _after_refusal(self, conn: Connection, err: CorelogError) -> None:
+        """Where to go after the refusal ``err`` (nothing written) from ``conn``: the
+        rules of :mod:`._leadership`, then :meth:`_move_on`."""
+        code = getattr(err, "code", None)
+        named = ""
+        if isinstance(err, NotLeader) and err.leader:
+            named = err.leader
+            if self._shard is not None:
+                try:
+                    named = codec.shard_addr(named, self._shard)
+                except ValueError:
+                    named = ""
+        where, to = self._seen.after_refusal(conn.addr, code, named, getattr(err, "hint", None), time.monotonic())
+        if where == STAY and isinstance(err, ServerError) and not conn.closed:
+            return  # the connection is kept: the next attempt goes on it after the pause
+        self._move_on(conn, to if where in (NAMED, STAY) else None, shard_addr=False)
+
+    def _move_on(self, old: Connection, to: Optional[str] = None, shard_addr: bool = True) -> None:
         """Drops ``old`` if it is still current; the next connection goes to ``to`` (a
-        leader named by ``NotLeader``: an address of the list, or one tried once first)
-        or to the address after the current one."""
-        if to is not None and self._shard is not None:
+        leader named by ``NotLeader``, or the same node: an address of the list, or one
+        tried once first) or to the address after the current one. ``shard_addr``: ``to``
+        is a client address (made the shard's direct one here)."""
+        if to is not None and self._shard is not None and shard_addr:
             try:
                 to = codec.shard_addr(to, self._shard)
             except ValueError:
@@ -191,7 +231,7 @@ class Client:
                 else:
                     attempts.sending()
                     try:
-                        fut = conn.send(frame)
+                        fut = conn.send(frame, watch=True)
                     except NotSent as e:
                         attempts.unsent()
                         self._move_on(conn)
@@ -202,14 +242,14 @@ class Client:
                             return parse(await conn.wait(fut, self.config.request_timeout))
                         except CorelogError as e:
                             err = e
-                        what = attempts.answered(err)
+                        what, err = attempts.answered_on(conn, err)
                         if what == LOST:
                             if not isinstance(err, ServerError):
                                 self._move_on(conn)  # the connection broke or hangs
                             raise attempts.fail(err)
                         if what != MOVE:
                             raise attempts.fail(err)
-                        self._move_on(conn, err.leader or None if isinstance(err, NotLeader) else None)
+                        self._after_refusal(conn, err)
                 await attempts.pause(err)
             except asyncio.CancelledError:
                 raise attempts.cancelled(fut, parse) from None

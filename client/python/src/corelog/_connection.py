@@ -8,15 +8,17 @@ import asyncio
 import logging
 import ssl
 import struct
+import time
 from typing import Any, Awaitable, Dict, List, Optional, Tuple, TypeVar, Union
 
 from . import codec
 from .codec import ErrorCode, Frame, FrameDecoder, Hello, HelloOk, Record
 from .errors import (
-    ConfigError, ConnectionClosed, CorelogError, InvalidArgument, NotSent, ProtocolError, RequestTimeout,
+    Abandoned, ConfigError, ConnectionClosed, CorelogError, InvalidArgument, NotSent, ProtocolError, RequestTimeout,
     error_for_code,
 )
 from .types import ClientConfig, ServerInfo
+from ._leadership import Seen
 
 __all__ = ["Connection", "WINDOW", "Addrs"]
 
@@ -29,7 +31,7 @@ T = TypeVar("T")
 #: Appends of one producer in flight at most (the positions a shard remembers).
 WINDOW = 64
 _BACKOFF_START = 0.02
-_BACKOFF_MAX = 0.2
+_BACKOFF_MAX = 0.1
 #: Unsent bytes on a connection above which senders wait for the socket.
 _HIGH_WATER = 1 << 20
 
@@ -43,7 +45,7 @@ def _response(frame: Frame) -> codec.Response:
     except codec.CodecError as e:
         raise ProtocolError(str(e)) from None
     if isinstance(r, codec.ErrorResponse):
-        raise error_for_code(r.code, r.message)
+        raise error_for_code(r.code, r.message, hint=r.hint)
     if isinstance(r, codec.WrongVersion):
         raise error_for_code(ErrorCode.WRONG_EXPECTED_VERSION, r.message, r.current)
     if isinstance(r, codec.OutOfRangeResponse):
@@ -162,53 +164,119 @@ _REFUSED_CERT = {"TLSV1_ALERT_UNKNOWN_CA", "SSLV3_ALERT_BAD_CERTIFICATE", "TLSV1
 
 class Connection:
     """One connection: requests written in call order, answers matched by ``req_id``.
-    Low level (tests, tools); :class:`Client` manages connections for you."""
+    Low level (tests, tools); :class:`Client` manages connections for you.
+
+    With ``seen`` and a node that advertises a lease (coordinator mode, protocol version
+    3), a watchdog probes the connection when a request has waited half a lease with
+    nothing received (a ``Hello``, answered at once by a live node even behind waiting
+    appends) and abandons it when nothing arrived for a whole lease, or when the probe's
+    answer shows the node no longer leads with a live lease: what waits there fails with
+    :class:`~corelog.errors.Abandoned` (outcome unknown) and the node becomes a suspect
+    (docs/protocol.md §6.3)."""
 
     def __init__(self, addr: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                 decoder: FrameDecoder, info: ServerInfo) -> None:
+                 decoder: FrameDecoder, info: ServerInfo, seen: Optional[Seen] = None) -> None:
         self.addr = addr
         self.info = info
         self._reader = reader
         self._writer = writer
         self._decoder = decoder
         self._pending: Dict[int, "asyncio.Future[Frame]"] = {}
+        #: When each pending append was written (monotonic seconds).
+        self._sent: Dict[int, float] = {}
+        #: Pending requests that are not appends (reads): while one waits the node answers
+        #: nothing else on this connection (a probe neither), so the watchdog waits too.
+        self._unwatched: set = set()
         self._next_id = 1
         self._closed = False
         self._retired = False
         self._drain_lock: Optional[asyncio.Lock] = None
+        self._seen = seen
+        #: When the last frame arrived; when a probe went out with nothing since.
+        self._heard: Optional[float] = None
+        self._probing: Optional[float] = None
+        self._abandoned: Optional[str] = None
         self._task = asyncio.ensure_future(self._read_loop())
+        self._watch: "Optional[asyncio.Future[None]]" = None
+        if seen is not None:
+            seen.learn(info.leadership)
+            # Any role: a follower answers at once, so one that goes silent is gone too.
+            if seen.probe_after() is not None:
+                self._watch = asyncio.ensure_future(self._watchdog())
 
     @classmethod
     async def open(cls, addr: str, cfg: ClientConfig, version: int = codec.PROTOCOL_VERSION,
-                   timeout: Optional[float] = None) -> "Connection":
+                   timeout: Optional[float] = None, seen: Optional[Seen] = None) -> "Connection":
         """TCP, TLS and ``Hello``/``HelloOk``, all within ``timeout`` (default
-        ``cfg.connect_timeout``) seconds."""
-        c = await _within(cls._open(addr, cfg, version), cfg.connect_timeout if timeout is None else timeout)
+        ``cfg.connect_timeout``) seconds. ``seen``: the client's leadership state (see the
+        class docs)."""
+        c = await _within(cls._open(addr, cfg, version, seen), cfg.connect_timeout if timeout is None else timeout)
         log.info("connected to %s (shard %d of %d, %s, epoch %d)", addr, c.info.shard, c.info.shard_count,
                  c.info.role.name.lower(), c.info.epoch)
         return c
 
     @classmethod
-    async def _open(cls, addr: str, cfg: ClientConfig, version: int) -> "Connection":
+    async def _open(cls, addr: str, cfg: ClientConfig, version: int, seen: Optional[Seen]) -> "Connection":
         reader, writer = await _open_stream(addr, cfg)
         r, dec = await _hello(reader, writer, Hello(version).encode(0))
-        info = ServerInfo(r.shard, r.shard_count, r.role, r.epoch, r.version, addr)
-        return cls(addr, reader, writer, dec, info)
+        info = ServerInfo(r.shard, r.shard_count, r.role, r.epoch, r.version, addr, r.leadership)
+        return cls(addr, reader, writer, dec, info, seen)
+
+    async def _watchdog(self) -> None:
+        """Probes, then abandons, a connection on which a request waits in silence."""
+        assert self._seen is not None
+        probe_after = self._seen.probe_after() or 0.0
+        silent = self._seen.silent_limit() or probe_after * 2
+        tick = max(probe_after / 4, 0.005)
+        while not self._closed:
+            await asyncio.sleep(tick)
+            if not self._sent or self._unwatched or self._closed:
+                continue
+            now = time.monotonic()
+            oldest = min(self._sent.values())
+            quiet = now - (oldest if self._heard is None else max(self._heard, oldest))
+            if quiet >= silent:
+                self._abandon(f"nothing received from {self.addr} for {quiet:.3f} s (the lease is {silent:g} s)")
+                return
+            if quiet >= probe_after and self._probing is None:
+                self._probing = now
+                self._writer.write(Hello(codec.PROTOCOL_VERSION).encode(codec.PROBE_ID))
+
+    def _abandon(self, why: str) -> None:
+        """Gives the connection up: what waits fails with :class:`Abandoned`; the node is
+        a suspect for the epoch it said it leads."""
+        if self._abandoned is not None or self._closed:
+            return
+        self._abandoned = why
+        if self._seen is not None:
+            self._seen.suspect(self.addr, self.info.epoch, time.monotonic())
+        log.info("abandoning the connection to %s (%d requests waiting): %s", self.addr, len(self._pending), why)
+        err = Abandoned(f"connection to {self.addr} abandoned while the request waited: {why}")
+        self._closed = True
+        _close_writer(self._writer)
+        self._fail_all(err)
+        if not self._task.done() and self._task is not asyncio.current_task():
+            self._task.cancel()
 
     @property
     def closed(self) -> bool:
         """Whether the connection is closed (requests raise :class:`NotSent`)."""
         return self._closed
 
-    def send(self, frame: bytes) -> "asyncio.Future[Frame]":
+    def send(self, frame: bytes, watch: bool = False) -> "asyncio.Future[Frame]":
         """Writes one request frame (its ``req_id`` is set here) and returns the future of
-        its answer frame. Raises :class:`NotSent` if the connection is closed."""
+        its answer frame. Raises :class:`NotSent` if the connection is closed. ``watch``:
+        an append, which the watchdog may abandon (see the class docs)."""
         if self._closed:
             raise NotSent(f"connection to {self.addr} closed before the request was sent")
         req_id = self._next_id
         self._next_id += 1
         fut: "asyncio.Future[Frame]" = asyncio.get_running_loop().create_future()
         self._pending[req_id] = fut
+        if watch:
+            self._sent[req_id] = time.monotonic()
+        else:
+            self._unwatched.add(req_id)
         self._writer.write(frame[:5] + struct.pack("<Q", req_id) + frame[13:])
         return fut
 
@@ -254,6 +322,8 @@ class Connection:
         for k, v in list(self._pending.items()):
             if v is fut:
                 del self._pending[k]
+                self._sent.pop(k, None)
+                self._unwatched.discard(k)
         fut.set_exception(RequestTimeout(f"no answer from {self.addr} within {timeout:g} s"))
         self._maybe_close()
 
@@ -275,6 +345,8 @@ class Connection:
         self._fail_all(ConnectionClosed(f"connection to {self.addr} closed before the answer"))
         if not self._task.done() and self._task is not asyncio.current_task():
             self._task.cancel()
+        if self._watch is not None and not self._watch.done() and self._watch is not asyncio.current_task():
+            self._watch.cancel()
 
     async def aclose(self) -> None:
         """:meth:`close`, then waits for the connection's reader to stop."""
@@ -286,6 +358,8 @@ class Connection:
 
     def _fail_all(self, err: CorelogError) -> None:
         pending, self._pending = self._pending, {}
+        self._sent = {}
+        self._unwatched = set()
         for fut in pending.values():
             if not fut.done():
                 fut.set_exception(err)
@@ -298,6 +372,19 @@ class Connection:
                 f = await _read_frame(self._reader, self._decoder)
                 if f is None:
                     break
+                self._heard, self._probing = time.monotonic(), None
+                if f.op == codec.Op.HELLO_OK and f.req_id == codec.PROBE_ID:
+                    # A probe's answer: does the node still lead, with a live lease?
+                    r = _response(f)
+                    why = "bad answer to a probe"
+                    if isinstance(r, HelloOk) and self._seen is not None:
+                        why = self._seen.usable(self.addr, r.role, r.epoch, r.leadership, time.monotonic()) or ""
+                    if why:
+                        self._abandon(why)
+                        return
+                    continue
+                self._sent.pop(f.req_id, None)
+                self._unwatched.discard(f.req_id)
                 fut = self._pending.pop(f.req_id, None)
                 if fut is None:
                     if f.op == codec.Op.ERROR:
@@ -326,6 +413,8 @@ class Connection:
             self._closed = True
             _close_writer(self._writer)
             self._fail_all(err)
+            if self._watch is not None and not self._watch.done():
+                self._watch.cancel()
 
 
 def _why(e: BaseException) -> str:

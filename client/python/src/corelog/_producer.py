@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, List, Optional, Set, 
 from . import codec
 from .codec import Append2, ExpectLike, Frame, ProducerSeq, StreamReq
 from .errors import (
-    ClientClosed, CorelogError, InvalidArgument, NotLeader, NotSent, ProducerStopped, ProtocolError,
+    ClientClosed, CorelogError, InvalidArgument, NotSent, ProducerStopped, ProtocolError, Unreachable,
     WrongExpectedVersion,
 )
 from .types import Appended, ClientConfig
@@ -204,7 +204,7 @@ class Producer:
             return None
         attempts.sending()
         try:
-            return c, c.send(frame)
+            return c, c.send(frame, watch=True)
         except NotSent as e:
             attempts.unsent()
             return e
@@ -219,7 +219,7 @@ class Producer:
             return e
         attempts.sending()
         try:
-            return conn, conn.send(frame)
+            return conn, conn.send(frame, watch=True)
         except NotSent as e:
             attempts.unsent()
             return e
@@ -252,12 +252,17 @@ class Producer:
                         return parse(await conn.wait(fut, cfg.request_timeout))
                     except CorelogError as e:
                         err = e
-                what = attempts.answered(err)
+                if conn is not None:
+                    what, err = attempts.answered_on(conn, err)
+                else:
+                    what = attempts.answered(err)
                 if what == STOP:
                     raise attempts.fail(err)
                 self._failed.add(seq)
-                if conn is not None and what in (MOVE, LOST):
-                    self._client._move_on(conn, err.leader or None if isinstance(err, NotLeader) else None)
+                if conn is not None and what == MOVE:
+                    self._client._after_refusal(conn, err)
+                elif conn is not None and what == LOST:
+                    self._client._move_on(conn)
                 attempts.start()
                 waited = await self._wait_turn(seq, attempts, err)
                 if not waited:

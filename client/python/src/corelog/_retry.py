@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Tuple
 
-from .codec import Frame
+from .codec import Frame, Role
 from .errors import (
     NOT_WRITTEN, UNKNOWN, WRITTEN, Cancelled, ConnectionClosed, CorelogError, Fenced, NotLeader, NotSent,
-    OutcomeUnknown, Overloaded, ReplicationTimeout, RequestTimeout, SequenceGap, ShuttingDown, Unavailable,
-    UnknownProducer, Unreachable,
+    OutcomeUnknown, Overloaded, ReplicationTimeout, RequestTimeout, SequenceGap, ServerError, ShuttingDown,
+    Unavailable, UnknownProducer, Unreachable,
 )
 from .types import ClientConfig
 from ._connection import _BACKOFF_MAX, _BACKOFF_START, log
@@ -54,14 +54,17 @@ def step(err: CorelogError) -> str:
 
 class Attempts:
     """One append's attempts: budget (``failover_timeout`` from the start, or from the
-    first failure for a producer), back-off (20 ms doubling to 200 ms), and what they may
-    have left in the log."""
+    first failure for a producer), back-off (20 ms doubling to 100 ms, or the retry hint
+    of a version-3 refusal), and what they may have left in the log."""
 
     def __init__(self, cfg: ClientConfig, what: str, start: bool = True) -> None:
         self.cfg = cfg
         self.what = what
         self.deadline: Optional[float] = time.monotonic() + cfg.failover_timeout if start else None
         self._backoff = _BACKOFF_START
+        #: The last retry hint a refusal gave (a take-over under way): later pauses of
+        #: this append use it too.
+        self._hint: Optional[float] = None
         #: Attempts handed to a connection.
         self.sent = 0
         #: Some attempt got no definite answer: it may be in the log.
@@ -103,6 +106,16 @@ class Attempts:
             self.in_doubt = True
         return s
 
+    def answered_on(self, conn: Any, err: CorelogError) -> Tuple[str, CorelogError]:
+        """:meth:`answered` for an attempt on ``conn``. A connection to a follower never
+        writes an append (a role change restarts the node's process, so that connection
+        ends first): an attempt lost there was not written, and is answered as such."""
+        if conn.info.role == Role.FOLLOWER and step(err) == LOST and not isinstance(err, ServerError):
+            self.flying = False
+            return MOVE, Unreachable(f"{conn.addr}: a follower's connection ended before its answer ({err}); "
+                                     "a follower writes nothing")
+        return self.answered(err), err
+
     def outcome(self, err: Optional[CorelogError] = None) -> str:
         """The call's outcome if it ended now with ``err`` (``None``: cancelled)."""
         own = err.outcome if err is not None else (UNKNOWN if self.flying else NOT_WRITTEN)
@@ -123,16 +136,21 @@ class Attempts:
         return err
 
     async def pause(self, err: CorelogError) -> None:
-        """Sleeps the back-off before the next attempt; raises :meth:`fail` of ``err``
-        when the budget would end first."""
+        """Sleeps the back-off (or the retry hint ``err`` carries: a take-over under way,
+        ask again soon without growing the back-off) before the next attempt; raises
+        :meth:`fail` of ``err`` when the budget would end first."""
         self.start()
         assert self.deadline is not None
-        if time.monotonic() + self._backoff >= self.deadline:
+        hint = getattr(err, "hint", None)
+        hinted = hint.retry_ms / 1000 if hint is not None and hint.retry_ms > 0 else self._hint
+        self._hint = hinted
+        wait = self._backoff if hinted is None else hinted
+        if time.monotonic() + wait >= self.deadline:
             raise self.fail(err)
-        log.info("%s: attempt %d failed (%s); retrying in %d ms", self.what, self.sent, err,
-                 round(self._backoff * 1000))
-        await asyncio.sleep(self._backoff)
-        self._backoff = min(self._backoff * 2, _BACKOFF_MAX)
+        log.info("%s: attempt %d failed (%s); retrying in %d ms", self.what, self.sent, err, round(wait * 1000))
+        await asyncio.sleep(wait)
+        if hinted is None:
+            self._backoff = min(self._backoff * 2, _BACKOFF_MAX)
 
     def cancelled(self, fut: "Optional[asyncio.Future[Frame]]" = None,
                   parse: Optional[Callable[[Frame], Any]] = None) -> Cancelled:

@@ -17,13 +17,18 @@ Behaviour mirrors the Rust client (``client/src/client.rs``, docs/protocol.md §
   ``req_id``); :meth:`Client.append_many` or ``asyncio.gather`` of :meth:`Client.append`
   keep many in flight;
 * several nodes (``"A,B"``): connecting tries them in order; an append follows
-  leadership for up to ``failover_timeout`` (back-off 20 ms doubling to 200 ms) where
-  nothing was written — ``NotLeader`` (to the named leader, even one not in the list),
-  ``Unavailable``, ``Fenced``, no node reachable, the connection closed before the
-  request was handed over. An append whose connection broke after it was sent, that got
-  no answer in ``request_timeout``, or that was answered ``OutcomeUnknown`` /
-  ``ReplicationTimeout`` is **not** re-sent (it could be stored twice): the error's
-  ``outcome`` is ``"unknown"``. The idempotent :class:`Producer` re-sends those safely;
+  leadership for up to ``failover_timeout`` (back-off 20 ms doubling to 100 ms, or a
+  refusal's retry hint) where nothing was written, by the rules of docs/protocol.md §6.3
+  (``_leadership``): ``NotLeader`` to the named leader (even one not in the list) unless
+  that name is from an older epoch than one seen or went silent, the same node again when
+  no leader holds a live lease, else ``Unavailable``, ``Fenced``, no node reachable, the
+  connection closed before the request was handed over: the next node. An append whose
+  connection broke after it was sent, that got no answer in ``request_timeout``, whose
+  connection was abandoned (silent for a whole lease, or its node no longer leading with
+  a live lease: :class:`~corelog.errors.Abandoned`), or that was answered
+  ``OutcomeUnknown`` / ``ReplicationTimeout`` is **not** re-sent (it could be stored
+  twice): the error's ``outcome`` is ``"unknown"``. The idempotent :class:`Producer`
+  re-sends those safely;
 * reads, tails and stream requests go to the shard's direct port (client port + 1 +
   shard); a stream lives on shard ``FNV-1a-64(name) % shard_count`` (``shard_count``
   from the node's ``HelloOk``).

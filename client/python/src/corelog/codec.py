@@ -25,6 +25,7 @@ __all__ = [
     "CodecError", "RecordError", "Frame", "FrameDecoder", "decode_frame", "ProducerSeq", "Expect",
     "StreamReq", "Hello", "Append", "Append2", "Read", "Tail", "ReadStream", "Subscribe", "Trim", "Request",
     "HelloOk", "Appended", "Appended2", "Records", "StreamRecords", "WrongVersion", "OutOfRangeResponse", "Trimmed", "ErrorResponse",
+    "LEADERSHIP_VERSION", "LeaderState", "Leadership", "Hint", "HINT_CODES", "PROBE_ID",
     "Response", "parse_request", "parse_response", "encode_error", "StreamPos", "Record",
     "encode_record", "decode_record", "iter_records", "verify_run", "crc32", "stream_shard",
     "check_stream_name", "shard_addr", "split_addrs",
@@ -33,9 +34,15 @@ __all__ = [
 # ----------------------------------------------------------------------------- constants
 
 #: Newest client protocol version (carried in ``Hello``); version 2 adds ``Append2``,
-#: ``ReadStream``, ``Subscribe`` and error codes 18-23.
-PROTOCOL_VERSION = 2
+#: ``ReadStream``, ``Subscribe`` and error codes 18-23; version 3 adds leadership:
+#: ``HelloOk`` carries the node's :class:`Leadership`, and the refusals that send a client
+#: elsewhere carry a :class:`Hint` (docs/protocol.md §6.3).
+PROTOCOL_VERSION = 3
 MIN_PROTOCOL_VERSION = 1
+#: First version whose ``HelloOk`` and refusals carry leadership.
+LEADERSHIP_VERSION = 3
+#: ``req_id`` of a probe (a repeated ``Hello`` on a connection where a request waits).
+PROBE_ID = 2**64 - 1
 HELLO_MAGIC = b"CLOG"
 #: ``len`` field + op + req_id.
 FRAME_HEADER_LEN = 4 + 1 + 8
@@ -136,6 +143,11 @@ class Role(enum.IntEnum):
     LEADER = 1
     FOLLOWER = 2
     FENCED = 3
+
+
+#: Error codes that carry a :class:`Hint` on a version-3 connection: the refusals that
+#: send a client elsewhere (nothing was written).
+HINT_CODES = frozenset((ErrorCode.NOT_LEADER, ErrorCode.UNAVAILABLE, ErrorCode.FENCED, ErrorCode.SHUTTING_DOWN))
 
 
 # ----------------------------------------------------------------------------- errors
@@ -525,6 +537,39 @@ def parse_request(frame: Frame) -> Request:
 # ----------------------------------------------------------------------------- responses
 
 
+class LeaderState(enum.IntEnum):
+    """Whether a node sees a leader holding a live lease (version 3)."""
+
+    #: Static roles (no lease), or the node has not heard from etcd lately.
+    UNKNOWN = 0
+    #: A leader holds a live lease (a leader: its own; a follower: its leader's).
+    LIVE = 1
+    #: No leader holds a live lease now (a leader: its own lapsed; a follower: the
+    #: leader's heartbeat stopped, a take-over is pending).
+    LAPSED = 2
+
+
+@dataclass(frozen=True)
+class Leadership:
+    """What a version-3 ``HelloOk`` adds: the lease (ms; 0: none), the newest epoch the
+    node knows of, and whether a leader holds a live lease."""
+
+    lease_ms: int
+    epoch: int
+    state: LeaderState
+
+
+@dataclass(frozen=True)
+class Hint:
+    """What a version-3 refusal (codes in :data:`HINT_CODES`) carries after its message:
+    the newest epoch the node knows of, whether a leader holds a live lease, and when to
+    ask that node again (ms; 0: no advice)."""
+
+    epoch: int
+    state: LeaderState
+    retry_ms: int
+
+
 @dataclass(frozen=True)
 class HelloOk:
     version: int
@@ -532,9 +577,14 @@ class HelloOk:
     shard_count: int
     role: Role
     epoch: int
+    #: Version 3 and later: the node's view of leadership.
+    leadership: Optional[Leadership] = None
 
     def encode(self, req_id: int = 0) -> bytes:
         body = struct.pack("<HHHBI", self.version, self.shard, self.shard_count, int(self.role), self.epoch)
+        if self.version >= LEADERSHIP_VERSION:
+            ld = self.leadership or Leadership(0, self.epoch, LeaderState.UNKNOWN)
+            body += struct.pack("<IIB", ld.lease_ms, ld.epoch, int(ld.state))
         return _frame(Op.HELLO_OK, req_id, body)
 
 
@@ -654,9 +704,15 @@ class Trimmed:
 class ErrorResponse:
     code: int
     message: str
+    #: A version-3 refusal's :class:`Hint` (codes in :data:`HINT_CODES` only).
+    hint: Optional[Hint] = None
 
     def encode(self, req_id: int = 0) -> bytes:
-        return encode_error(req_id, self.code, self.message)
+        if self.hint is None:
+            return encode_error(req_id, self.code, self.message)
+        h = self.hint
+        return _frame(Op.ERROR, req_id, _error_body(self.code, self.message)
+                      + struct.pack("<IBH", h.epoch, int(h.state), h.retry_ms))
 
 
 Response = Union[HelloOk, Appended, Appended2, Records, StreamRecords, WrongVersion, OutOfRangeResponse, Trimmed,
@@ -672,7 +728,14 @@ def parse_response(frame: Frame) -> Response:
         version, shard, count, role = b.u16(), b.u16(), b.u16(), b.u8()
         if role not in (1, 2, 3):
             raise CodecError(f"bad body for opcode 0x{op:02x}: unknown role")
-        r = HelloOk(version, shard, count, Role(role), b.u32())
+        epoch = b.u32()
+        leadership = None
+        if version >= LEADERSHIP_VERSION:
+            lease_ms, view, state = b.u32(), b.u32(), b.u8()
+            if state not in (0, 1, 2):
+                raise CodecError(f"bad body for opcode 0x{op:02x}: unknown leader state")
+            leadership = Leadership(lease_ms, view, LeaderState(state))
+        r = HelloOk(version, shard, count, Role(role), epoch, leadership)
     elif op == Op.APPENDED:
         r = Appended(b.u16(), b.u64())
     elif op == Op.APPENDED2:
@@ -699,6 +762,11 @@ def parse_response(frame: Frame) -> Response:
             r = WrongVersion(None if v == NO_STREAM_VERSION else v, message)
         elif code == ErrorCode.OUT_OF_RANGE and len(frame.body) - b.at == 8:
             r = OutOfRangeResponse(b.u64(), message)
+        elif code in HINT_CODES and len(frame.body) - b.at == 7:
+            epoch, state, retry_ms = b.u32(), b.u8(), b.u16()
+            if state not in (0, 1, 2):
+                raise CodecError(f"bad body for opcode 0x{op:02x}: unknown leader state")
+            r = ErrorResponse(code, message, Hint(epoch, LeaderState(state), retry_ms))
         else:
             r = ErrorResponse(code, message)
     else:

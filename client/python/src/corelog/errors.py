@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Dict, Optional, Type
 
-from .codec import ErrorCode
+from .codec import ErrorCode, Hint
 
 NOT_WRITTEN = "not_written"
 WRITTEN = "written"
@@ -29,7 +29,7 @@ __all__ = [
     "BadVersion", "NotLeader", "NoSuchShard", "OutOfRange", "ReplicationTimeout", "Overloaded", "Fenced",
     "ShuttingDown", "Internal", "BadHandshake", "Unexpected", "Unavailable", "Diverged", "OutcomeUnknown",
     "SequenceGap", "UnknownProducer", "StaleSequence", "WrongExpectedVersion", "WrongShard", "BadRequest",
-    "Unreachable", "NotSent", "ConnectionClosed", "RequestTimeout", "ProtocolError", "ProducerStopped",
+    "Unreachable", "NotSent", "ConnectionClosed", "RequestTimeout", "Abandoned", "ProtocolError", "ProducerStopped",
     "InvalidArgument", "ConfigError", "ClientClosed", "Cancelled", "error_for_code", "SERVER_ERRORS",
 ]
 
@@ -49,6 +49,11 @@ class CorelogError(Exception):
 class ServerError(CorelogError):
     """The server answered with an ``Error`` frame. Subclasses name each code; a code
     this package does not know is a plain ``ServerError``."""
+
+    #: A version-3 refusal's :class:`~corelog.codec.Hint` (``NotLeader``, ``Unavailable``,
+    #: ``Fenced``, ``ShuttingDown``): the epoch the node knows, whether a leader holds a
+    #: live lease, when to ask again. ``None`` otherwise.
+    hint: Optional[Hint] = None
 
     def __init__(self, message: str = "", code: Optional[int] = None) -> None:
         if code is not None:
@@ -243,10 +248,10 @@ SERVER_ERRORS: Dict[int, Type[ServerError]] = {
 }
 
 
-def error_for_code(code: int, message: str, current: Optional[int] = None, first: Optional[int] = None
-                   ) -> ServerError:
+def error_for_code(code: int, message: str, current: Optional[int] = None, first: Optional[int] = None,
+                   hint: Optional[Hint] = None) -> ServerError:
     """The typed exception for an ``Error`` frame (``current``: code 21's trailing
-    version; ``first``: code 7's trailing first offset)."""
+    version; ``first``: code 7's trailing first offset; ``hint``: a version-3 refusal's)."""
     cls = SERVER_ERRORS.get(code)
     if cls is None:
         return ServerError(message, code)
@@ -254,7 +259,9 @@ def error_for_code(code: int, message: str, current: Optional[int] = None, first
         return WrongExpectedVersion(message, current=current)
     if cls is OutOfRange:
         return OutOfRange(message, first=first)
-    return cls(message)
+    e = cls(message)
+    e.hint = hint
+    return e
 
 
 # ----------------------------------------------------------------------------- client side
@@ -280,6 +287,15 @@ class ConnectionClosed(CorelogError):
 
 class RequestTimeout(CorelogError):
     """No answer within the request timeout."""
+
+    outcome = UNKNOWN
+
+
+class Abandoned(ConnectionClosed):
+    """The connection was given up while the request waited: its node went silent for a
+    whole lease, or answered a probe that it no longer leads with a live lease. It cannot
+    acknowledge the request any more within its lease; the request may still be in its
+    log (docs/protocol.md §6.3)."""
 
     outcome = UNKNOWN
 

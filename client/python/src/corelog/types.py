@@ -7,7 +7,7 @@ import ssl
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, NamedTuple, Optional
 
-from .codec import Record, Role
+from .codec import Leadership, Record, Role
 from .errors import ConfigError
 
 __all__ = ["Position", "StreamAppended", "Appended", "StreamRead", "ServerInfo", "Event", "ClientConfig"]
@@ -71,6 +71,8 @@ class ServerInfo:
     epoch: int
     version: int
     addr: str
+    #: Protocol version 3: the node's view of leadership (lease, newest epoch, state).
+    leadership: Optional[Leadership] = None
 
 
 @dataclass(frozen=True)
