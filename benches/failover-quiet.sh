@@ -12,18 +12,23 @@
 #
 # Usage: benches/failover-quiet.sh [CONNS=1000] [SECONDS=600]
 #   env CO_SWEEP=36k (the concurrent static step; its own write-up under $WORK/sweep),
-#   WORK (scratch, default /tmp/corelog-quiet), EXTRA (more `serve` flags, e.g. a lease).
+#   WORK (scratch, default /tmp/corelog-quiet), EXTRA (more `serve` flags, e.g. a lease),
+#   BIN_DIR (prebuilt corelog and corelog-loadgen: no cargo build), ETCD (its binary).
 # Exit status: 0 nothing changed, 1 an epoch change, take-over, lapse or degrade.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROOT=$(pwd)
 CONNS="${1:-1000}"; SECS="${2:-600}"
 case "$CONNS$SECS" in *[!0-9]*) echo "usage: $0 [CONNS] [SECONDS]" >&2; exit 2 ;; esac
-: "${WORK:=/tmp/corelog-quiet}" "${CO_SWEEP:=}" "${EXTRA:=}"
-command -v etcd >/dev/null || { echo "etcd not installed: apt-get install etcd-server" >&2; exit 2; }
-cargo build --release -q -p corelog-server -p corelog-loadgen
+: "${WORK:=/tmp/corelog-quiet}" "${CO_SWEEP:=}" "${EXTRA:=}" "${BIN_DIR:=}" "${ETCD:=etcd}"
+command -v "$ETCD" >/dev/null || { echo "etcd not installed: apt-get install etcd-server" >&2; exit 2; }
+if [ -z "$BIN_DIR" ]; then
+  cargo build --release -q -p corelog-server -p corelog-loadgen
+  BIN_DIR="$ROOT/target/release"
+fi
 rm -rf "$WORK"; mkdir -p "$WORK/bin"
-cp target/release/corelog target/release/corelog-loadgen "$WORK/bin/"
+# Private copies: a rebuild during the run must not swap the binaries under it.
+cp "$BIN_DIR/corelog" "$BIN_DIR/corelog-loadgen" "$WORK/bin/"
 BIN="$WORK/bin"
 "$BIN/corelog" certs --out "$WORK/certs" >/dev/null
 echo "commit $(git rev-parse --short HEAD)$(git diff --quiet || echo '+dirty'), $(nproc) CPUs, $(date -u +%FT%TZ), $CONNS connections, $SECS s${CO_SWEEP:+, with a concurrent static $CO_SWEEP step}"
@@ -37,7 +42,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
-etcd --name q --data-dir "$WORK/etcd" --listen-client-urls http://127.0.0.1:23890 \
+ulimit -n "$(ulimit -Hn)"
+"$ETCD" --name q --data-dir "$WORK/etcd" --listen-client-urls http://127.0.0.1:23890 \
   --advertise-client-urls http://127.0.0.1:23890 --listen-peer-urls http://127.0.0.1:23891 \
   --initial-advertise-peer-urls http://127.0.0.1:23891 --initial-cluster q=http://127.0.0.1:23891 \
   --heartbeat-interval 50 --election-timeout 250 >"$WORK/etcd.log" 2>&1 &
@@ -56,7 +62,11 @@ node() {
     $EXTRA >"$WORK/$id.log" 2>&1 &
   PIDS+=($!)
 }
-health() { curl -s -m 1 "http://127.0.0.1:$((26600 + 1000 * $1))/health" | tail -1; }
+health() {
+  local url="http://127.0.0.1:$((26600 + 1000 * $1))/health"
+  if command -v curl >/dev/null; then curl -s -m 1 "$url" | tail -1
+  else python3 -c "import urllib.request,sys; print(urllib.request.urlopen(sys.argv[1], timeout=1).read().decode().splitlines()[-1])" "$url" 2>/dev/null; fi
+}
 node 0; node 1
 leader=""
 for _ in $(seq 1 600); do
@@ -85,7 +95,7 @@ if [ -n "$CO_SWEEP" ]; then
   # The static pair's step, started first: it connects for a while before its window.
   sweep_work="$WORK/sweep"
   STEPS="$CO_SWEEP" WARMUP=5s DURATION="$((SECS > 30 ? SECS - 25 : 20))s" COOLDOWN=1s PEERS=none PROFILE_AT='' OPEN_RATE='' \
-    WORK="$sweep_work" OUT="$sweep_work-out" BIN_DIR="$ROOT/target/release" bash benches/sweep.sh --quick >"$WORK/sweep.log" 2>&1 &
+    WORK="$sweep_work" OUT="$sweep_work-out" BIN_DIR="$BIN" bash benches/sweep.sh --quick >"$WORK/sweep.log" 2>&1 &
   PIDS+=($!)
   sweep_pid=$!
 fi
