@@ -400,7 +400,10 @@ async fn read_stream(shard: &Rc<Shard>, out: &Rc<ConnOut>, name: &str, q: Stream
     for i in 0..count as u64 {
         let (offset, ext, n) = record::peek(&recs[at..]).map_err(|e| internal(std::io::Error::other(e.to_string())))?;
         if ext.stream.is_none_or(|s| s.name != name || s.version != from + i) {
-            let msg = format!("the stream index points at offset {offset} for version {} of stream {name:?}, which is not there", from + i);
+            let msg = format!(
+                "the stream index points at offset {offset} for version {} of stream {name:?}, which is not there",
+                from + i
+            );
             log::error!("shard {}: {msg}", shard.id());
             return Err(internal(std::io::Error::other(msg)));
         }
