@@ -143,7 +143,7 @@ fn a_flipped_byte_in_a_sealed_segment_is_found_by_the_scrubber_not_by_a_start_an
         // The damaged record: the server refuses it (the client checks CRCs as well, but
         // never gets the bytes).
         match c.read(0, damaged, 1).await {
-            Err(Error::Server { code: 12, message }) => assert!(message.contains("CRC"), "{message}"),
+            Err(Error::Server { code: 12, message, .. }) => assert!(message.contains("CRC"), "{message}"),
             other => panic!("read of damaged offset {damaged}: {:?}", other.map(|r| r.len())),
         }
         // Every other record, alone and in runs of ~4 from every start: exactly as

@@ -394,9 +394,12 @@ impl SegIdx {
     }
 }
 
+/// An index file's header, run entries and the rest.
+type Parts<'a> = (&'a [u8], &'a [u8], &'a [u8]);
+
 /// Splits an index file into header, run entries and the rest (`runs_len` from the
 /// header, unchecked but bounded by the file).
-fn split(b: &[u8]) -> Result<(&[u8], &[u8], &[u8]), String> {
+fn split(b: &[u8]) -> Result<Parts<'_>, String> {
     if b.len() < RUNS_AT + 4 {
         return Err("truncated".into());
     }
