@@ -332,29 +332,35 @@ impl Streams {
     /// `active_from`.
     pub fn decode_heads(r: &mut Reader<'_>, active_from: u64) -> Result<Streams, String> {
         let mut s = Streams { active_from, ..Streams::default() };
-        for _ in 0..r.u64()? {
+        let n = r.u64()?;
+        // Sized once: a start with a million streams rehashes nothing (each entry takes at
+        // least 15 bytes of the checkpoint, which bounds `n`).
+        s.map.reserve((n as usize).min(r.rest() / 15));
+        for _ in 0..n {
             let len = r.u8()? as usize;
             let name = std::str::from_utf8(r.take(len)?).map_err(|_| "a stream name is not UTF-8")?;
             let (next, runs) = (r.u64()?, r.u32()?);
             let nrefs = r.u8()? as usize;
-            let mut refs = Vec::with_capacity(nrefs);
-            for _ in 0..nrefs {
-                refs.push(RunRef { seg: r.u64()?, pos: r.u32()?, first_version: r.u64()? });
+            let mut read_ref =
+                || -> Result<RunRef, String> { Ok(RunRef { seg: r.u64()?, pos: r.u32()?, first_version: r.u64()? }) };
+            let first = if nrefs > 0 { Some(read_ref()?) } else { None };
+            let mut levels = Vec::with_capacity(nrefs.saturating_sub(1));
+            for _ in 1..nrefs {
+                levels.push(read_ref()?);
             }
-            let levels_ok = match (runs, refs.len()) {
+            let levels_ok = match (runs, nrefs) {
                 (0, 0) => true,
                 (0, _) | (_, 0) => false,
-                (n, k) => k - 1 <= (32 - n.leading_zeros()) as usize && refs.iter().all(|r| r.first_version < next),
+                (n, k) => {
+                    k - 1 <= (32 - n.leading_zeros()) as usize
+                        && first.iter().chain(&levels).all(|r| r.first_version < next)
+                }
             };
-            if name.is_empty() || next == 0 || !levels_ok || refs.iter().any(|r| r.seg >= active_from) {
+            if name.is_empty() || next == 0 || !levels_ok || first.iter().chain(&levels).any(|r| r.seg >= active_from) {
                 return Err(format!(
                     "stream {name:?}: runs {runs}, {nrefs} pointer(s) do not fit a checkpoint at {active_from}"
                 ));
             }
-            let (first, levels) = match refs.split_first() {
-                Some((f, l)) => (Some(*f), l.to_vec()),
-                None => (None, Vec::new()),
-            };
             if s.map.insert(name.into(), Entry { next, active: Vec::new(), runs, first, levels }).is_some() {
                 return Err(format!("stream {name:?} twice"));
             }
