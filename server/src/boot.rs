@@ -17,6 +17,7 @@
 //! existed, and a checkpoint is written for the next start.
 
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use crate::checkpoint;
 use crate::index::LogIndex;
@@ -38,6 +39,9 @@ pub struct Boot {
     pub checkpoint: Option<u64>,
     /// Sealed segments whose records were read (after the checkpoint, or all without one).
     pub replayed: usize,
+    /// Time spent before the tail scan (index files, checkpoint, sealed segments read
+    /// again) and in it: what an operator compares with the log's size.
+    pub took: (Duration, Duration),
 }
 
 impl Boot {
@@ -57,10 +61,13 @@ impl Boot {
             None => "no checkpoint".to_string(),
         };
         format!(
-            "{} sealed segment(s) from their index files, {from}, {} sealed segment(s) read again, {} segment(s) scanned ({scanned} bytes)",
+            "{} sealed segment(s) from their index files, {from}, {} sealed segment(s) read again, {} segment(s) scanned ({scanned} bytes); {} streams, {} ms before the tail, {} ms in it",
             self.sealed.len(),
             self.replayed,
             self.tail.segments.len(),
+            self.index.streams.len(),
+            self.took.0.as_millis(),
+            self.took.1.as_millis(),
         )
     }
 }
@@ -69,6 +76,7 @@ impl Boot {
 /// interrupted trim). Writes only rebuilt segment indexes and a checkpoint when the one
 /// for the last segment is missing, and removes stale derived files.
 pub fn open(shard: u16, dir: &Path, max_producers: usize) -> Result<Boot, String> {
+    let t0 = Instant::now();
     let (_, first) = snapshot::apply(dir, snapshot::plan(dir)?, max_producers)?;
     let files = list_segments(dir).map_err(|e| e.to_string())?;
     remove_stale(dir, &files, first)?;
@@ -146,6 +154,7 @@ pub fn open(shard: u16, dir: &Path, max_producers: usize) -> Result<Boot, String
             Err(e) => log::warn!("shard {shard}: {e} (the next start reads more again)"),
         }
     }
+    let t1 = Instant::now();
     let mut bad = None;
     let tail = recovery::scan_files(shard, &files[i.min(files.len())..], &mut |recs| {
         if bad.is_none() {
@@ -162,7 +171,8 @@ pub fn open(shard: u16, dir: &Path, max_producers: usize) -> Result<Boot, String
             tail.first_offset()
         ));
     }
-    Ok(Boot { index, sealed, tail, rebuilt, checkpoint: from, replayed })
+    let took = (t1 - t0, t1.elapsed());
+    Ok(Boot { index, sealed, tail, rebuilt, checkpoint: from, replayed, took })
 }
 
 /// The derived state of a shard directory as it is on disk now (a follower's log was cut

@@ -243,7 +243,13 @@ impl Derived {
                 } else {
                     got == want
                 };
-                if !same_streams || c.epochs != epochs {
+                // A trimmed log shows an epoch from its first record on; the checkpoint
+                // knows where the epoch really began.
+                let same_epochs = match (self.trimmed, epochs.first()) {
+                    (true, Some(&(_, first))) => clamp_epochs(&c.epochs, first) == epochs,
+                    _ => c.epochs == epochs,
+                };
+                if !same_streams || !same_epochs {
                     out.push(format!("INDEX MISMATCH: checkpoint at offset {o} differs from the log below it"));
                 } else {
                     line += &format!("; checkpoint at offset {o} agrees with the log below it");
@@ -286,6 +292,13 @@ fn differs(found: &segidx::SegIdx, want: &segidx::SegIdx, loose: bool) -> Option
     ];
     let bad: Vec<&str> = what.iter().filter(|(d, _)| *d).map(|(_, w)| *w).collect();
     (!bad.is_empty()).then(|| format!("its {} differ from the segment's", bad.join(", ")))
+}
+
+/// Epoch starts as a log trimmed below `first` shows them: an epoch that began below it
+/// starts at `first`, and of those only the newest is seen.
+fn clamp_epochs(epochs: &[(u32, u64)], first: u64) -> Vec<(u32, u64)> {
+    let below = epochs.iter().rposition(|e| e.1 <= first).unwrap_or(0);
+    epochs.iter().skip(below).map(|&(e, o)| (e, o.max(first))).collect()
 }
 
 /// What retention left in a shard directory: a line about it (None: never trimmed) and
@@ -509,4 +522,18 @@ fn compare_shard(id: u16, a: &Path, b: &Path) -> Result<(String, Agreement), Str
         format!("NOTHING IN COMMON: no offset is held by both, nothing was compared ({sizes})"),
         Agreement::NothingInCommon,
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::clamp_epochs;
+
+    #[test]
+    fn a_trimmed_log_sees_the_epoch_of_its_first_record_from_there_on() {
+        let e = [(1, 0), (2, 1322), (4, 9000)];
+        assert_eq!(clamp_epochs(&e, 5280), vec![(2, 5280), (4, 9000)]);
+        assert_eq!(clamp_epochs(&e, 1322), vec![(2, 1322), (4, 9000)]);
+        assert_eq!(clamp_epochs(&e, 0), e.to_vec());
+        assert_eq!(clamp_epochs(&e, 9500), vec![(4, 9500)]);
+    }
 }

@@ -90,6 +90,9 @@ impl Entry {
     }
 }
 
+/// Set in a checkpoint stream's `refs` count: the stream has no first run.
+const NO_FIRST: u8 = 0x80;
+
 /// A stream at a segment's start, without byte positions: name, next version, runs,
 /// first run and levels as (segment, first version).
 pub type Head = (Box<str>, u64, u32, Vec<(u64, u64)>);
@@ -253,6 +256,13 @@ impl Streams {
             if adopt {
                 e.runs = r.run;
                 e.levels = r.ptrs.clone();
+            } else if e.first.is_none() && e.runs > 0 {
+                // Adopted earlier, its first run unknown: the writer's pointers reach it
+                // (one level above those held) once the runs count a power of two.
+                let mine = e.pointers();
+                if r.ptrs.len() == mine.len() + 1 && r.ptrs[..mine.len()] == mine[..] {
+                    e.first = r.ptrs.last().copied();
+                }
             }
             let in_line = e.active.is_empty() && e.runs == r.run && e.next == r.first_version;
             if !in_line || (!adopt && r.ptrs != e.pointers()) {
@@ -316,7 +326,9 @@ impl Streams {
             out.extend_from_slice(&next.to_le_bytes());
             out.extend_from_slice(&e.runs.to_le_bytes());
             let refs: Vec<RunRef> = e.first.into_iter().chain(e.levels.iter().copied()).collect();
-            out.push(refs.len() as u8);
+            // The high bit: no first run (retention deleted it before this node saw it).
+            let no_first = if e.first.is_none() && e.runs > 0 { NO_FIRST } else { 0 };
+            out.push(refs.len() as u8 | no_first);
             for r in refs {
                 out.extend_from_slice(&r.seg.to_le_bytes());
                 out.extend_from_slice(&r.pos.to_le_bytes());
@@ -340,12 +352,13 @@ impl Streams {
             let len = r.u8()? as usize;
             let name = std::str::from_utf8(r.take(len)?).map_err(|_| "a stream name is not UTF-8")?;
             let (next, runs) = (r.u64()?, r.u32()?);
-            let nrefs = r.u8()? as usize;
+            let flags = r.u8()?;
+            let (nrefs, no_first) = ((flags & !NO_FIRST) as usize, flags & NO_FIRST != 0);
             let mut read_ref =
                 || -> Result<RunRef, String> { Ok(RunRef { seg: r.u64()?, pos: r.u32()?, first_version: r.u64()? }) };
-            let first = if nrefs > 0 { Some(read_ref()?) } else { None };
-            let mut levels = Vec::with_capacity(nrefs.saturating_sub(1));
-            for _ in 1..nrefs {
+            let first = if nrefs > 0 && !no_first { Some(read_ref()?) } else { None };
+            let mut levels = Vec::with_capacity(nrefs);
+            for _ in usize::from(first.is_some())..nrefs {
                 levels.push(read_ref()?);
             }
             let levels_ok = match (runs, nrefs) {
@@ -353,6 +366,7 @@ impl Streams {
                 (0, _) | (_, 0) => false,
                 (n, k) => {
                     k - 1 <= (32 - n.leading_zeros()) as usize
+                        && (first.is_some() || !levels.is_empty())
                         && first.iter().chain(&levels).all(|r| r.first_version < next)
                 }
             };

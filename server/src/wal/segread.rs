@@ -65,13 +65,61 @@ impl SegReader {
             // `pos` may sit up to a block past `start`: a window and a block cover `end`.
             let n = (WINDOW as u64 + BLOCK).min(self.len - start) as usize;
             self.buf.resize(n, 0);
-            if let Err(e) = self.file.read_exact_at(&mut self.buf, start) {
+            if let Err((at, k, e)) = self.fill(start) {
                 self.buf.clear();
-                return Err(self.locate(start, n as u64, e));
+                return Err(self.locate(at, k, e));
             }
             self.start = start;
         }
         Ok(&self.buf[(pos - self.start) as usize..(end - self.start) as usize])
+    }
+
+    /// Fills the window (`buf`, already sized) from `start`: the file's data ranges are
+    /// read, its holes and never-written extents zeroed without a read. Reading them would
+    /// put their zero pages in the page cache, after which the file system reports them as
+    /// data, and a check of a segment's unwritten tail would read all of it. Errors: where
+    /// the failed read began, its length, the error.
+    fn fill(&mut self, start: u64) -> Result<(), (u64, u64, std::io::Error)> {
+        let end = start + self.buf.len() as u64;
+        let mut p = start;
+        while p < end {
+            let hole = self.seek(p, libc::SEEK_HOLE).unwrap_or(end).clamp(p, end);
+            let (a, b) = ((p - start) as usize, (hole - start) as usize);
+            if let Err(e) = self.file.read_exact_at(&mut self.buf[a..b], p) {
+                return Err((p, hole - p, e));
+            }
+            if hole == end {
+                break;
+            }
+            // A hole the file system cannot place the end of, or one that does not move
+            // on: the rest is read.
+            let data = match self.seek(hole, libc::SEEK_DATA) {
+                Some(d) if d > hole => d.min(end),
+                _ => {
+                    let e = self.buf.len();
+                    return self.file.read_exact_at(&mut self.buf[b..e], hole).map_err(|e| (hole, end - hole, e));
+                }
+            };
+            self.buf[b..(data - start) as usize].fill(0);
+            p = data;
+        }
+        Ok(())
+    }
+
+    /// `lseek(fd, pos, whence)`: None where the file system cannot say (then the caller
+    /// reads the bytes) or, for `SEEK_DATA`, no data follows (`ENXIO`: the rest is zero).
+    fn seek(&self, pos: u64, whence: libc::c_int) -> Option<u64> {
+        use std::os::fd::AsRawFd;
+        // SAFETY: lseek on a descriptor we own; reads are positioned, the file offset
+        // does not matter.
+        let at = unsafe { libc::lseek(self.file.as_raw_fd(), pos as libc::off_t, whence) };
+        if at >= 0 {
+            return Some(at as u64);
+        }
+        match std::io::Error::last_os_error().raw_os_error() {
+            Some(libc::ENXIO) if whence == libc::SEEK_DATA => Some(self.len),
+            _ => None,
+        }
     }
 
     /// True when every byte from `pos` to the end of the file is zero. Ranges the file
