@@ -142,20 +142,10 @@ impl SegReader {
     /// written (what `fallocate` leaves and the writer has not reached), reads as zeros;
     /// a file system that cannot tell answers `pos` itself, and the bytes are read.
     pub fn next_data(&self, pos: u64) -> u64 {
-        use std::os::fd::AsRawFd;
         if pos >= self.len {
             return self.len;
         }
-        // SAFETY: lseek on a descriptor we own; only the returned position is used (reads
-        // are positioned, the file offset does not matter).
-        let at = unsafe { libc::lseek(self.file.as_raw_fd(), pos as libc::off_t, libc::SEEK_DATA) };
-        if at >= 0 {
-            return (at as u64).max(pos).min(self.len);
-        }
-        match std::io::Error::last_os_error().raw_os_error() {
-            Some(libc::ENXIO) => self.len, // no data from `pos` to the end
-            _ => pos,
-        }
+        self.seek(pos, libc::SEEK_DATA).map_or(pos, |at| at.max(pos).min(self.len))
     }
 
     /// Finds the first unreadable block of a failed read, for the error message.
