@@ -28,7 +28,6 @@ pub mod etcd;
 pub mod term;
 
 use std::net::{SocketAddr, TcpStream};
-use std::os::unix::process::CommandExt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -566,8 +565,31 @@ pub fn reexec(ctl: &ControlCell, why: &str) -> ! {
         }
         std::thread::sleep(Duration::from_millis(1));
     }
-    let mut args = std::env::args_os();
-    let arg0 = args.next().unwrap_or_else(|| "corelog".into());
-    let err = std::process::Command::new("/proc/self/exe").arg0(arg0).args(args).exec();
+    let err = exec_self();
     crate::fatal(&format!("re-exec failed: {err}"))
+}
+
+/// execv(2) of this binary with this process's arguments and environment — not
+/// `Command::exec`, which first sets SIGPIPE back to its default action (process-wide)
+/// while the other threads still run: a shard writing to a connection its peer had
+/// just reset then killed the whole process with SIGPIPE, silently, in the instant
+/// before the exec (seen as a node that vanished during a role change). Here SIGPIPE
+/// stays ignored, as the new image sets it anyway, and the signal mask is inherited
+/// (`serve` blocks the same signals again before its first thread).
+fn exec_self() -> std::io::Error {
+    use std::ffi::CString;
+    use std::os::unix::ffi::OsStrExt;
+    let cstr = |s: &std::ffi::OsStr| CString::new(s.as_bytes()).map_err(|_| std::io::ErrorKind::InvalidInput);
+    let args: Result<Vec<CString>, _> = std::env::args_os().map(|a| cstr(&a)).collect();
+    let args = match args {
+        Ok(a) if !a.is_empty() => a,
+        Ok(_) => return std::io::Error::other("no argv[0]"),
+        Err(e) => return e.into(),
+    };
+    let mut argv: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
+    argv.push(std::ptr::null());
+    // SAFETY: a NUL-terminated path and a NULL-terminated argv of live CStrings; execv
+    // returns only on failure.
+    unsafe { libc::execv(c"/proc/self/exe".as_ptr(), argv.as_ptr()) };
+    std::io::Error::last_os_error()
 }

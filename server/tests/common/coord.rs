@@ -206,7 +206,7 @@ impl Cluster {
                 return h;
             }
             if Instant::now() >= deadline {
-                panic!("not {what} within {within:?}: health {h:?}\n{}", self.logs());
+                panic!("not {what} within {within:?}: health {h:?}\n{}\n{}", self.procs(), self.logs());
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -243,6 +243,11 @@ impl Cluster {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// Each node's process state (see `Node::proc_report`).
+    pub fn procs(&self) -> String {
+        self.nodes.iter().map(|n| format!("---- {} process ----\n{}\n", n.name, n.proc_report())).collect()
     }
 
     pub fn logs(&self) -> String {

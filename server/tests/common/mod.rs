@@ -260,6 +260,44 @@ impl Node {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// What the process is doing, for a failure message: exited (and how) or, per
+    /// thread, its state, wait channel and kernel stack (a hung exec or a stuck
+    /// syscall shows there, not in the log).
+    pub fn proc_report(&self) -> String {
+        let Some(c) = self.child.as_ref() else { return "not running (stopped by the test)".into() };
+        let pid = c.id();
+        let read = |p: String| std::fs::read_to_string(p).unwrap_or_else(|e| format!("({e})"));
+        // SAFETY: a zeroed siginfo_t is valid; WNOWAIT leaves the child for `try_wait`.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        let r = unsafe { libc::waitid(libc::P_PID, pid, &mut info, libc::WEXITED | libc::WNOHANG | libc::WNOWAIT) };
+        // SAFETY: si_pid/si_status are valid for a CLD_* siginfo filled by waitid.
+        if r == 0 && unsafe { info.si_pid() } == pid as i32 {
+            let (code, status) = (info.si_code, unsafe { info.si_status() });
+            let how = match code {
+                libc::CLD_EXITED => format!("exited with code {status}"),
+                libc::CLD_KILLED | libc::CLD_DUMPED => format!("killed by signal {status}"),
+                _ => format!("ended (si_code {code}, status {status})"),
+            };
+            return format!("pid {pid} {how} (not yet reaped)");
+        }
+        let mut out = format!("pid {pid}: {}", read(format!("/proc/{pid}/cmdline")).replace('\0', " "));
+        let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).map(|d| d.flatten().collect::<Vec<_>>());
+        for t in tasks.unwrap_or_default() {
+            let dir = t.path().display().to_string();
+            let stat = read(format!("{dir}/stat"));
+            // Fields after the parenthesised command name: state first.
+            let state = stat.rsplit_once(')').map(|(_, r)| r.split_whitespace().next().unwrap_or("?")).unwrap_or("?");
+            out += &format!(
+                "\n  tid {} {} state {state} wchan {}\n{}",
+                t.file_name().to_string_lossy(),
+                read(format!("{dir}/comm")).trim(),
+                read(format!("{dir}/wchan")).trim(),
+                read(format!("{dir}/stack")).lines().map(|l| format!("    {l}\n")).collect::<String>()
+            );
+        }
+        out
+    }
+
     pub fn addr(&self) -> String {
         format!("{}:{}", self.host, self.ports.client)
     }
