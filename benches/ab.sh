@@ -35,8 +35,9 @@
 # on CPU 0, closed loop, as one_repl places corelog), and one_repl's p50 is printed over it.
 #
 # Usage: benches/ab.sh OLD_REV NEW_REV [SECONDS=10] [ROUNDS=3]
-#   env BIG=1 adds closed36k; FIGS="closed1k one_repl" picks figures; LOADGEN=new drives
-#   both sides with NEW's load generator (default: each side its own tree's).
+#   env BIG=1 adds closed36k; FIGS="closed1k one_repl" picks figures; LOADGEN=new (or old)
+#   drives both sides with NEW's (OLD's) load generator (default: each side its own tree's;
+#   a load generator speaks its own tree's newest protocol, which an older server may refuse).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 OLD="${1:?usage: benches/ab.sh OLD_REV NEW_REV [SECONDS] [ROUNDS]}"; NEW="${2:?NEW_REV}"
@@ -131,8 +132,9 @@ json() { python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print($2)"
 run() { # $1 = OLD|NEW, $2 = figure, $3 = round → prints "value [extra]"
   local side=$1 fig=$2 b d t0 t1 c0 c1 hz
   b=$([ "$side" = OLD ] && echo "$BIN_OLD" || echo "$BIN_NEW")
-  # LOADGEN=new: both sides measured by NEW's load generator (the servers alone compared).
-  local lg="$b/corelog-loadgen"; [ "${LOADGEN:-own}" = new ] && lg="$BIN_NEW/corelog-loadgen"
+  # LOADGEN=new / old: both sides measured by one load generator (the servers alone compared).
+  local lg="$b/corelog-loadgen"
+  case "${LOADGEN:-own}" in new) lg="$BIN_NEW/corelog-loadgen" ;; old) lg="$BIN_OLD/corelog-loadgen" ;; esac
   d=$(mktemp -d -p "$W" "$side-$fig-$3.XXXX")
   hz=$(getconf CLK_TCK)
   case "$fig" in

@@ -379,7 +379,7 @@ fn takeover_timeline(log: &str, fault: std::time::SystemTime) -> String {
 /// printed, not asserted (`benches/failover.sh` checks them over 10+ trials per kind).
 /// Env: CORELOG_FAULT_KINDS (comma-separated names, default all), CORELOG_FAULT_TRIALS
 /// (per kind, default 1), CORELOG_FAULT_CLIENT (`rust` or `python`), CORELOG_FAULT_CONNS
-/// (default 16).
+/// (default 16), CORELOG_FAULT_SEED (a 2-shard data dir both nodes start from a copy of).
 #[test]
 fn every_fault_kind_resumes_writes() {
     let kinds: Vec<Fault> = {
@@ -391,10 +391,12 @@ fn every_fault_kind_resumes_writes() {
     let trials: usize = env_or("CORELOG_FAULT_TRIALS", "1").parse().expect("CORELOG_FAULT_TRIALS");
     let client = env_or("CORELOG_FAULT_CLIENT", "rust");
     let conns: usize = env_or("CORELOG_FAULT_CONNS", "16").parse().expect("CORELOG_FAULT_CONNS");
+    let seed = std::env::var_os("CORELOG_FAULT_SEED").map(std::path::PathBuf::from);
     for kind in kinds {
-        // A cluster of its own per kind: every kind starts from the same (empty) logs, so
+        // A cluster of its own per kind: every kind starts from the same logs (empty or the seed), so
         // that a kind measured later does not pay for a longer recovery scan.
-        let Some(mut c) = netns_cluster(&format!("fault_kinds_{}", kind.name().replace('-', "_"))) else { return };
+        let test = format!("fault_kinds_{}", kind.name().replace('-', "_"));
+        let Some(mut c) = netns_cluster(&test, seed.as_deref()) else { return };
         c.wait_pair(Duration::from_secs(60));
         let load = c.load_of(&client, &kind.name().replace('-', "_"), conns);
         load.run_for(Duration::from_secs(1), 200, "before the first fault");

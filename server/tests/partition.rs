@@ -38,7 +38,7 @@ static SERIAL: Mutex<()> = Mutex::new(());
 /// lock, the cluster, the leader's index, the load).
 fn begin(test: &str, tag: &str) -> Option<(MutexGuard<'static, ()>, Cluster, usize, Background)> {
     let guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let c = netns_cluster(test)?;
+    let c = netns_cluster(test, None)?;
     let leader = c.wait_pair(Duration::from_secs(60));
     let load = c.load(tag);
     run_for(&load, Duration::from_secs(1), 200, "before the cut");

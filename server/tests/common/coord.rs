@@ -139,14 +139,28 @@ pub fn cluster(test: &str) -> Option<Cluster> {
 /// etcd in `e`, node `a` in `a`, node `b` in `b`, links between all of them and `c` (this
 /// process). Each node reaches its peer and etcd on their direct links; the client (and
 /// `--peer-client`) uses the nodes' addresses on their links to `c`. None (after
-/// `common::skip`) without etcd or network namespaces.
-pub fn netns_cluster(test: &str) -> Option<Cluster> {
+/// `common::skip`) without etcd or network namespaces. With `seed` (a data dir of 2
+/// shards, e.g. written by `corelog-biglog`), both nodes start from a copy of it.
+pub fn netns_cluster(test: &str, seed: Option<&Path>) -> Option<Cluster> {
     if !Etcd::installed(test) {
         return None;
     }
     let links = [("a", "b"), ("a", "e"), ("b", "e"), ("c", "a"), ("c", "b"), ("c", "e")];
     let net = Net::new(test, &["a", "b", "e", "c"], &links)?;
     let dir = TempDir::new(test);
+    if let Some(seed) = seed {
+        for id in HOSTS {
+            let to = dir.path().join(id);
+            // cp: reflinks where the filesystem has them, sparse files kept sparse.
+            let st = std::process::Command::new("cp")
+                .args(["-a", "--reflink=auto", "--sparse=always"])
+                .arg(seed)
+                .arg(&to)
+                .status()
+                .expect("run cp");
+            assert!(st.success(), "copying {} to {} failed: {st}", seed.display(), to.display());
+        }
+    }
     let etcd = Etcd::start_in(test, dir.path(), &net.exec("e"), &net.addr("e", "c"))?;
     let wiring = |i: usize| {
         let (me, peer) = (HOSTS[i], HOSTS[1 - i]);
