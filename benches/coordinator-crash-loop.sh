@@ -14,4 +14,4 @@ command -v etcd >/dev/null || { echo "etcd not installed: apt-get install etcd-s
 echo "commit $(git rev-parse --short HEAD)$(git diff --quiet || echo '+dirty'), $(nproc) CPUs, $(date -u +%FT%TZ)"
 mkdir -p target
 cargo test --release -p corelog-server --test coordinator_crash_loop -- --nocapture 2>&1 |
-  tee target/coordinator-crash-loop.log | grep -E "^(coordinator crash loop|porcupine|test result)|panicked|FAILED|SPLIT BRAIN"
+  tee target/coordinator-crash-loop.log | grep -E "^(coordinator crash loop|porcupine|sealed segments|test result)|panicked|FAILED|SPLIT BRAIN"

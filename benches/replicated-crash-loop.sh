@@ -11,4 +11,4 @@ export CORELOG_REPL_KILLS="${1:-1000}"
 [ -n "${2:-}" ] && export CORELOG_SEED="$2"
 echo "commit $(git rev-parse --short HEAD)$(git diff --quiet || echo '+dirty'), $(nproc) CPUs, $(date -u +%FT%TZ)"
 cargo test --release -p corelog-server --test replicated_crash_loop -- --nocapture 2>&1 |
-  tee target/replicated-crash-loop.log | grep -E "^(replicated crash loop|history|test result)|panicked|DIFFER|DIVERGED"
+  tee target/replicated-crash-loop.log | grep -E "^(replicated crash loop|history|sealed segments|test result)|panicked|DIFFER|DIVERGED"

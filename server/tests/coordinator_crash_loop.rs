@@ -97,4 +97,11 @@ fn coordinator_crash_loop_keeps_every_acknowledged_append() {
         "coordinator crash loop: {n} faults (leader at once {}, leader after take-over {}, follower at once {}, follower after degrading {}, both {}); {} operations: {} ok, all read back; {} failed; {} unknown ({} stored); seed {seed}",
         counts[0], counts[1], counts[2], counts[3], counts[4], r.ops, r.ok, r.failed, r.unknown, r.unknown_present
     );
+    eprintln!(
+        "sealed segments (an index file and a checkpoint written at each roll, under the faults): {} {}, {} {}",
+        c.nodes[0].name,
+        common::sealed_segments(&c.nodes[0].data),
+        c.nodes[1].name,
+        common::sealed_segments(&c.nodes[1].data)
+    );
 }

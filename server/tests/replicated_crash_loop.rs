@@ -280,6 +280,11 @@ fn run(kills: usize) {
     assert!(h.double_acks.is_empty(), "positions acknowledged twice: {:?}", h.double_acks);
     let from_segments = segment_catch_ups(&leader);
     eprintln!("catch-up from the segments (not the in-memory ring): {from_segments} times");
+    eprintln!(
+        "sealed segments (an index file and a checkpoint written at each roll, under the faults): leader {}, follower {}",
+        common::sealed_segments(&leader.data),
+        common::sealed_segments(&follower.data)
+    );
     assert!(kills < 10 || from_segments > 0, "the segment catch-up path never ran");
     assert!(h.ok.len() as u64 > kills as u64 * 20, "the load made progress");
 

@@ -471,3 +471,17 @@ pub fn signal(n: &Node, sig: i32) {
     // SAFETY: a signal to our own child process.
     assert_eq!(unsafe { libc::kill(pid, sig) }, 0, "kill({pid}, {sig})");
 }
+
+/// Sealed segments (their `.idx` index files) under a node's data dir: each was written,
+/// with a checkpoint, when its segment rolled — a crash loop reports how many rolls its
+/// faults could land in.
+pub fn sealed_segments(data_dir: &Path) -> usize {
+    let shards = std::fs::read_dir(data_dir).map(|d| d.flatten().map(|e| e.path()).collect::<Vec<_>>());
+    shards
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|d| std::fs::read_dir(d).ok())
+        .flat_map(|d| d.flatten())
+        .filter(|e| e.path().extension().is_some_and(|x| x == "idx"))
+        .count()
+}
