@@ -267,8 +267,10 @@ impl Node {
         let Some(c) = self.child.as_ref() else { return "not running (stopped by the test)".into() };
         let pid = c.id();
         let read = |p: String| std::fs::read_to_string(p).unwrap_or_else(|e| format!("({e})"));
-        // SAFETY: a zeroed siginfo_t is valid; WNOWAIT leaves the child for `try_wait`.
+        // SAFETY: a zeroed siginfo_t is valid.
         let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: our own child's pid and a valid siginfo_t to fill; WNOWAIT leaves the
+        // child unreaped for `try_wait`.
         let r = unsafe { libc::waitid(libc::P_PID, pid, &mut info, libc::WEXITED | libc::WNOHANG | libc::WNOWAIT) };
         // SAFETY: si_pid/si_status are valid for a CLD_* siginfo filled by waitid.
         if r == 0 && unsafe { info.si_pid() } == pid as i32 {
