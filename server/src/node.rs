@@ -355,11 +355,16 @@ async fn start_shard(
         let l = listener::bind(a, false).map_err(|e| format!("replication listen {a}: {e}"))?;
         glommio::spawn_local(follower::accept_loop(shard.clone(), l, repl_server, dir.clone())).detach();
     }
-    if cfg.role == NodeRole::Leader {
+    if cfg.role == NodeRole::Leader || cfg.coord.is_some() {
         let peer = port_plus(cfg.follower_addr.expect("checked in serve"), id);
         let link =
             leader::LinkConfig { peer, tls: repl_client, server_name: cfg.follower_name.clone(), dir: dir.clone() };
-        glommio::spawn_local(leader::run(shard.clone(), link)).detach();
+        if cfg.role == NodeRole::Leader {
+            glommio::spawn_local(leader::run(shard.clone(), link)).detach();
+        } else {
+            // A coordinated follower that wins a term leads in place (`coord`).
+            glommio::spawn_local(leader::run_when_elected(shard.clone(), link)).detach();
+        }
     }
     let line = format!("{recovered}, direct port {}", ports.direct_addr.port());
     Ok((shard, line, ports))

@@ -190,6 +190,10 @@ pub struct Shard {
     pub cfg: ShardConfig,
     pub log: Rc<Log>,
     role: Cell<Role>,
+    /// Follower taking over in place (`promote`): no more batches or handshakes.
+    promoting: Cell<bool>,
+    /// A replication handshake is cutting the log (`truncate`).
+    cutting: Cell<bool>,
     epoch: Cell<u32>,
     /// Leader: a follower has accepted `epoch` (always true for standalone/follower).
     accepted: Cell<bool>,
@@ -271,6 +275,8 @@ impl Shard {
             cfg,
             log,
             role: Cell::new(role),
+            promoting: Cell::new(false),
+            cutting: Cell::new(false),
             epoch: Cell::new(epoch),
             accepted: Cell::new(!replicated_leader),
             accepted_ev: Event::default(),
@@ -320,15 +326,63 @@ impl Shard {
         }
     }
 
+    /// A follower taking a leader's batches (not fenced, leading or taking over).
+    pub fn following(&self) -> bool {
+        self.role.get() == Role::Follower && !self.promoting.get()
+    }
+
     /// Follower: persists a leader's higher epoch before anything of it is applied.
     pub fn adopt_epoch(&self, shard_dir: &std::path::Path, epoch: u32) -> Result<(), String> {
-        assert_eq!(self.role.get(), Role::Follower, "only a follower adopts a leader's epoch");
+        if !self.following() {
+            return Err(format!("this node is not following (it is {})", self.role.get().name()));
+        }
         if epoch > self.epoch.get() {
             crate::control::write_epoch(shard_dir, epoch)?;
             self.epoch.set(epoch);
             log::info!("shard {}: now at epoch {epoch}", self.id());
         }
         Ok(())
+    }
+
+    /// Coordinator mode: this follower won the term of `epoch` and leads it in place, its
+    /// log and derived state as they are (no restart, no recovery: the take-over costs
+    /// the same however long the log). In order: it takes no more of the old leader's
+    /// batches or handshakes; waits until every batch it took is on disk and any cut is
+    /// done; persists the epoch before anything of it is written (as a leader's start
+    /// does); then leads with its whole log as inherited history — it was in the
+    /// in-sync set, so it holds every acknowledged record, and the rest of it was never
+    /// acknowledged (see `committed`). Nothing of the epoch is written before a
+    /// follower accepts it (or the in-sync set is this node alone). Client connections
+    /// greeted as a follower's close (`conn.rs`): a follower's connection never writes.
+    /// Returns the commit floor.
+    pub async fn promote(&self, shard_dir: &std::path::Path, epoch: u32) -> Result<u64, String> {
+        assert_eq!(self.role.get(), Role::Follower, "only a follower takes over");
+        assert!(!self.cfg.standalone, "a standalone shard has no follower role");
+        self.promoting.set(true);
+        self.durable_ev.notify(); // the old leader's acker stops
+        while self.cutting.get() || self.assigned() != self.log.next_offset() {
+            self.durable_ev.wait().await;
+        }
+        let mine = self.epoch.get();
+        if epoch <= mine {
+            return Err(format!("the term's epoch {epoch} is not above the shard's epoch {mine}"));
+        }
+        crate::control::write_epoch(shard_dir, epoch)?;
+        self.epoch.set(epoch);
+        let floor = self.log.next_offset();
+        self.acked_end.set(floor);
+        self.follower_next.set(0);
+        self.link_up.set(false);
+        self.link_down_since.set(Instant::now());
+        self.follower_progress.set(Instant::now());
+        self.accepted.set(false);
+        self.recent.borrow_mut().clear();
+        self.role.set(Role::Leader);
+        self.promoting.set(false);
+        self.role_changed();
+        self.closing_ev.notify();
+        self.release();
+        Ok(floor)
     }
 
     /// Leader: the follower persisted our epoch, cut its log to `next`, and its last
@@ -657,6 +711,14 @@ impl Shard {
 
     /// Drops staged-but-unwritten state and cuts the log (follower rejoin).
     pub async fn truncate(&self, offset: u64) -> std::io::Result<u64> {
+        assert!(!self.cutting.replace(true), "one cut at a time");
+        let r = self.cut(offset).await;
+        self.cutting.set(false);
+        self.durable_ev.notify(); // a take-over waits for the cut
+        r
+    }
+
+    async fn cut(&self, offset: u64) -> std::io::Result<u64> {
         // Batches of an earlier leader connection must reach the disk first.
         while self.assigned() != self.log.next_offset() {
             self.durable_ev.wait().await;
@@ -951,11 +1013,18 @@ impl Shard {
         self.cfg.ctl.draining()
     }
 
-    /// Resolves when the shard asks its client connections to close (graceful shutdown).
-    pub async fn closing(&self) {
-        while !self.closing.get() {
+    /// Resolves when the shard asks a client connection greeted as `greeted` to close:
+    /// at a graceful shutdown, or once a connection greeted as a follower's finds the
+    /// shard leading (`promote`; clients count on a follower's connection never writing).
+    pub async fn closing(&self, greeted: &Cell<Option<Role>>) {
+        while !self.closing.get() && !self.greeted_other(greeted.get()) {
             self.closing_ev.wait().await;
         }
+    }
+
+    /// The connection was greeted as a follower's and the shard no longer follows.
+    pub fn greeted_other(&self, greeted: Option<Role>) -> bool {
+        greeted == Some(Role::Follower) && self.role.get() != Role::Follower
     }
 
     pub fn conn_opened(&self) {

@@ -34,6 +34,9 @@ pub struct ControlCell {
     view_epoch: AtomicU32,
     /// Follower: whether the term's leader holds a live lease (`LeaderState` as u8).
     leader_state: AtomicU8,
+    /// Follower that won a term: the epoch every shard leads in place from now on (0:
+    /// none). Set once per process: a leader that loses its term re-executes.
+    lead_epoch: AtomicU32,
     pub slots: Vec<ShardSlot>,
 }
 
@@ -74,6 +77,7 @@ impl ControlCell {
             lease_ms: AtomicU32::new(0),
             view_epoch: AtomicU32::new(0),
             leader_state: AtomicU8::new(LeaderState::Unknown as u8),
+            lead_epoch: AtomicU32::new(0),
             slots: (0..shards).map(|_| ShardSlot::default()).collect(),
         }
     }
@@ -167,6 +171,19 @@ impl ControlCell {
     pub fn view(&self) -> (u32, LeaderState) {
         let s = LeaderState::from_u8(self.leader_state.load(Ordering::Acquire)).unwrap_or(LeaderState::Unknown);
         (self.view_epoch.load(Ordering::Acquire), s)
+    }
+
+    /// Tells every shard of this follower to lead `epoch` in place (the term is won and
+    /// the lease, solo flag and view are set for it before this).
+    pub fn lead_in_place(&self, epoch: u32) {
+        assert!(epoch > 0, "epoch 0 is no term");
+        let was = self.lead_epoch.swap(epoch, Ordering::AcqRel);
+        assert_eq!(was, 0, "a process leads in place once (losing the term re-executes it)");
+    }
+
+    /// The epoch to lead in place, once the coordinator has won a term as a follower.
+    pub fn lead_order(&self) -> Option<u32> {
+        Some(self.lead_epoch.load(Ordering::Acquire)).filter(|e| *e > 0)
     }
 
     pub fn gen(&self) -> u64 {

@@ -4,10 +4,15 @@
 //! shards through `ControlCell` atomics: the lease deadline, solo (the in-sync set is
 //! this node alone), stop, and its view of leadership (told to clients).
 //!
-//! A role change re-executes the process (`exec` of /proc/self/exe with the same
-//! arguments, same pid): the new image recovers from disk exactly as after a crash —
-//! the path every crash test exercises — and takes its role from etcd. Before the exec
-//! every shard stops writing and the coordinator waits until no write is in flight.
+//! A follower that wins a term leads it in place: its shards hold their logs open and
+//! their derived state current, so each one stops taking the old leader's batches,
+//! persists the new epoch and leads (`Shard::promote`); the take-over does not depend
+//! on the log's length. Every other role change — a leader that lost its term, a
+//! follower told by etcd to lead without its own claim — re-executes the process
+//! (`exec` of /proc/self/exe with the same arguments, same pid): the new image starts
+//! from the newest checkpoint and the segments after it (`boot`), as after a crash, and
+//! takes its role from etcd. Before the exec every shard stops writing and the
+//! coordinator waits until no write is in flight.
 //!
 //! Leader: beats every quarter lease (`term::Alive`, a transaction guarded by the term)
 //! and may acknowledge only until `beat sent + lease − margin`; it also keeps the etcd
@@ -92,6 +97,14 @@ impl CoordConfig {
     pub fn watch_gap(&self) -> Duration {
         (TICK * 3).max(self.lease / 2)
     }
+}
+
+/// How following ended.
+enum Followed {
+    /// This node claimed the term (with why): it leads it in place.
+    Won(Term, String),
+    /// Anything else (why): re-execute and take the role etcd gives.
+    Restart(String),
 }
 
 /// The role this incarnation of the process plays.
@@ -289,8 +302,32 @@ impl Coordinator {
         ctl.set_lease(self.cfg.lease);
         ctl.set_view(d.term.epoch, LeaderState::Unknown);
         gauges(&d.term, d.leading, ctl.solo());
-        let why = if d.leading { self.lead(&ctl, d.term) } else { self.follow(&ctl, d.term) };
+        let why = if d.leading {
+            self.lead(&ctl, d.term)
+        } else {
+            match self.follow(&ctl, d.term) {
+                Followed::Won(t, why) => {
+                    self.lead_in_place(&ctl, &t, &why);
+                    self.lead(&ctl, t)
+                }
+                Followed::Restart(why) => why,
+            }
+        };
         restart(&ctl, &why)
+    }
+
+    /// Sets what a leader's shards act on (in-sync set, lease from the claim, view),
+    /// then orders them to lead `t` in place.
+    fn lead_in_place(&mut self, ctl: &ControlCell, t: &Term, why: &str) {
+        let solo = !t.in_sync(&self.cfg.peer_id) && self.cfg.min_insync < 2;
+        ctl.set_solo(solo);
+        if let Some(at) = self.claimed_at {
+            ctl.set_lease_until(at + self.cfg.lease.saturating_sub(self.cfg.margin()));
+        }
+        ctl.set_view(t.epoch, LeaderState::Unknown);
+        gauges(t, true, solo);
+        log::info!("coordinator: {why}: leading in epoch {} in place (in-sync set {:?})", t.epoch, t.isr);
+        ctl.lead_in_place(t.epoch);
     }
 
     /// Keeps the lease; returns why this node stopped leading.
@@ -443,8 +480,9 @@ impl Coordinator {
         broke && refuses(self.cfg.peer_repl)
     }
 
-    /// Keeps our lease (needed to claim the leader key); returns why we take over.
-    fn follow(&mut self, ctl: &ControlCell, mut shown: Term) -> String {
+    /// Keeps our lease (needed to claim the leader key); returns when this node claimed
+    /// the term, or must restart to take another role.
+    fn follow(&mut self, ctl: &ControlCell, mut shown: Term) -> Followed {
         let mut next_renew = Instant::now();
         let mut links_lost = 0;
         let mut watch = Watch::new(self.cfg.lease, self.cfg.watch_gap());
@@ -475,7 +513,7 @@ impl Coordinator {
                 Ok(view) => {
                     if let Some((t, _)) = &view.term {
                         if t.leader == self.cfg.node_id {
-                            return format!("the term names this node leader (epoch {})", t.epoch);
+                            return Followed::Restart(format!("the term names this node leader (epoch {})", t.epoch));
                         }
                         if *t != shown {
                             gauges(t, false, false);
@@ -504,10 +542,9 @@ impl Coordinator {
                                     } else {
                                         "its etcd lease expired".to_string()
                                     };
-                                    return format!(
-                                        "took over as leader of epoch {}: the leader is lost ({how})",
-                                        t.epoch
-                                    );
+                                    let why =
+                                        format!("took over as leader of epoch {}: the leader is lost ({how})", t.epoch);
+                                    return Followed::Won(t, why);
                                 }
                                 Ok(false) => {}
                                 Err(e) => self.note("take-over", &format!("take-over: {e}")),

@@ -59,13 +59,15 @@ pub async fn serve(shard: Rc<Shard>, sock: TcpStream, tls: Option<Box<rustls::Co
     shard.conn_opened();
     let out = Rc::new(ConnOut::default());
     let writer = glommio::spawn_local(write_loop(out.clone(), wr));
-    // A graceful shutdown stops reading once every append taken is answered; what is
-    // buffered is still sent and the session closed (below).
+    // A graceful shutdown stops reading once every append taken is answered, and so does
+    // a take-over in place for a connection greeted as a follower's; what is buffered is
+    // still sent and the session closed (below).
+    let greeted = Cell::new(None);
     let closing = async {
-        shard.closing().await;
+        shard.closing(&greeted).await;
         Ok(())
     };
-    let result = futures_lite::future::or(read_loop(&shard, &mut rd, &out, hello_by), closing).await;
+    let result = futures_lite::future::or(read_loop(&shard, &mut rd, &out, hello_by, &greeted), closing).await;
     match result {
         Err((code, msg, req_id)) => out.push_error(req_id, code, &msg),
         // The client closed its sending side: what it sent is still answered (every
@@ -90,6 +92,7 @@ async fn read_loop(
     rd: &mut tls_io::Reader,
     out: &Rc<ConnOut>,
     hello_by: Instant,
+    greeted: &Cell<Option<Role>>,
 ) -> Result<(), Fail> {
     let mut said_hello = false;
     let mut version = 0u16;
@@ -106,6 +109,12 @@ async fn read_loop(
             if !said_hello && !matches!(req, Request::Hello { .. }) {
                 return Err((ErrorCode::BadHandshake, "first frame must be Hello".into(), req_id));
             }
+            if shard.greeted_other(greeted.get()) {
+                // Greeted as a follower's, and the shard took over since: this request is
+                // not served (nothing written); the connection closes like a restarted
+                // follower's would, and the client reconnects to the leader.
+                return Ok(());
+            }
             match req {
                 Request::Hello { version: v } => {
                     if !(MIN_PROTOCOL_VERSION..=PROTOCOL_VERSION).contains(&v) {
@@ -117,6 +126,9 @@ async fn read_loop(
                     }
                     said_hello = true;
                     version = v;
+                    if greeted.get().is_none() {
+                        greeted.set(Some(shard.role()));
+                    }
                     // Answered at once, also behind appends still waiting: a client probes a
                     // silent connection with a repeated Hello (protocol.md §6).
                     let r = Response::HelloOk {

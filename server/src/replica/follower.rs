@@ -229,7 +229,7 @@ async fn apply(
             Repl::Error { code, message } => return Err(format!("leader ended the link: error {code}: {message}")),
             other => return Err(format!("expected Batch, got {other:?}")),
         };
-        if be != epoch || gen.get() != my_gen || shard.role() != Role::Follower {
+        if be != epoch || gen.get() != my_gen || !shard.following() {
             return Err(format!("stopping: batch epoch {be}, link epoch {epoch}, superseded {}", gen.get() != my_gen));
         }
         if first_offset != shard.assigned() {
@@ -245,7 +245,7 @@ async fn apply(
             .map_err(|e| format!("corrupt batch at {first_offset}: {e}"))?;
         shard.check_replicated(records).map_err(|e| format!("batch at {first_offset} refused: {e}"))?;
         shard.wait_stage_space(records.len()).await;
-        if gen.get() != my_gen || shard.role() != Role::Follower || first_offset != shard.assigned() {
+        if gen.get() != my_gen || !shard.following() || first_offset != shard.assigned() {
             return Err("superseded while waiting for room".into());
         }
         shard.stage_replicated(first_offset, count, records);
@@ -265,7 +265,8 @@ async fn ack_loop(
     floor: Rc<Floor>,
 ) {
     let mut out = Vec::with_capacity(32);
-    while !done.get() {
+    // A node taking over acks nothing more: what it writes next is its own epoch's.
+    while !done.get() && shard.following() {
         let end = shard.log.next_offset();
         floor.maybe_persist(end);
         shard.set_peer_durable(floor.leader_durable.get().min(end));

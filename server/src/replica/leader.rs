@@ -55,6 +55,35 @@ pub async fn run(shard: Rc<Shard>, cfg: LinkConfig) {
     }
 }
 
+/// How often a coordinated follower's shard looks for the order to lead in place.
+const ORDER_POLL: Duration = Duration::from_millis(2);
+
+/// Coordinator mode, on a follower: waits for the coordinator to win a term, leads it
+/// in place (`Shard::promote`: no restart, whatever the log's length), then runs the
+/// link to the new follower as [`run`].
+pub async fn run_when_elected(shard: Rc<Shard>, cfg: LinkConfig) {
+    let ctl = shard.cfg.ctl.clone();
+    let epoch = loop {
+        if let Some(e) = ctl.lead_order() {
+            break e;
+        }
+        if ctl.stopping() {
+            return; // the process re-executes instead
+        }
+        glommio::timer::sleep(ORDER_POLL).await;
+    };
+    let t = Instant::now();
+    match shard.promote(&cfg.dir, epoch).await {
+        Ok(floor) => log::info!(
+            "shard {}: leads epoch {epoch} in place from offset {floor} ({} µs after the order; no restart)",
+            shard.id(),
+            t.elapsed().as_micros()
+        ),
+        Err(e) => crate::fatal(&format!("shard {}: taking over as leader of epoch {epoch}: {e}", shard.id())),
+    }
+    run(shard, cfg).await
+}
+
 /// The follower holds records this leader had made durable and no longer has (its
 /// storage dropped writes): mark the shard (it must not lead again before it has them
 /// back), stop acknowledging, and in coordinator mode hand leadership to the follower.
