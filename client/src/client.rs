@@ -424,8 +424,9 @@ impl Attempts {
     }
 
     /// [`Attempts::failed`] for an attempt on `conn`. A connection to a follower never
-    /// writes an append (a role change restarts the node's process, so that connection
-    /// ends first): an attempt lost there was not written, and is answered as such.
+    /// writes an append (a node that takes over closes the connections greeted as a
+    /// follower's first; other role changes restart its process): an attempt lost there
+    /// was not written, and is answered as such.
     pub(crate) fn failed_on(&mut self, conn: &Conn, e: Error) -> (Step, Error) {
         if conn.info.role == Role::Follower && step(&e) == Step::Lost && !matches!(e, Error::Server { .. }) {
             let why = format!(

@@ -801,7 +801,7 @@ async fn drive(
                         bump(&local.timeouts);
                         return None;
                     }
-                    // A follower writes nothing (a role change restarts its process).
+                    // A follower's connection writes nothing (a node taking over closes it).
                     if c.role != Role::Follower {
                         bump(&local.unknown);
                     }

@@ -82,6 +82,74 @@ fn leader_sigkill_under_load_fails_over_and_loses_nothing() {
     );
 }
 
+/// A follower that wins the term leads it in place (no restart, the epoch one above the
+/// old leader's), and a client connection greeted as the follower's is closed at that
+/// moment without an answer: clients count on a follower's connection never writing
+/// (`client.rs`, `failed_on`), so it must not carry a write after the take-over.
+#[test]
+fn a_take_over_leads_in_place_and_closes_the_connections_greeted_as_a_followers() {
+    use corelog_client::codec::{decode_frame, Request, Response, Role, PROTOCOL_VERSION};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let Some(mut c) = cluster("failover_in_place") else { return };
+    let leader = c.wait_pair(Duration::from_secs(60));
+    let other = 1 - leader;
+    let old = epoch(&health(&c.nodes[leader]));
+    let tls = corelog_client::tls::client_config(
+        &c.certs.join("ca.pem"),
+        Some((&c.certs.join("client.pem"), &c.certs.join("client.key"))),
+    )
+    .expect("client TLS");
+    let port = c.nodes[other].ports.client;
+    let rt = runtime();
+    let mut s = rt.block_on(async {
+        let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.expect("connect to the follower");
+        let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+        tokio_rustls::TlsConnector::from(std::sync::Arc::new(tls)).connect(name, tcp).await.expect("TLS")
+    });
+    let mut got = Vec::new();
+    let hello = rt.block_on(async {
+        let mut f = Vec::new();
+        Request::Hello { version: PROTOCOL_VERSION }.encode(1, &mut f);
+        s.write_all(&f).await.unwrap();
+        s.flush().await.unwrap();
+        let mut buf = [0u8; 4096];
+        loop {
+            if let Ok(Some((f, used))) = decode_frame(&got) {
+                let role = match Response::parse(&f).expect("a HelloOk") {
+                    Response::HelloOk { role, .. } => role,
+                    other => panic!("expected HelloOk, got {other:?}"),
+                };
+                got.drain(..used);
+                return role;
+            }
+            let n = s.read(&mut buf).await.expect("HelloOk");
+            assert!(n > 0, "the follower closed before its HelloOk");
+            got.extend_from_slice(&buf[..n]);
+        }
+    });
+    assert_eq!(hello, Role::Follower, "greeted as");
+    c.nodes[leader].kill9();
+    c.wait_health(Duration::from_secs(30), "the follower leading", |h| h[other].contains("role=leader"));
+    // Nothing sent since the Hello: the connection must end, with no frame, by itself.
+    let rest = rt.block_on(async {
+        let mut rest = Vec::new();
+        tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut rest))
+            .await
+            .expect("the follower's connection still open 10 s after the take-over")
+            .map(|_| rest)
+    });
+    if let Ok(rest) = rest {
+        assert!(got.is_empty() && rest.is_empty(), "frames after the HelloOk: {got:?} {rest:?}");
+    }
+    let h = health(&c.nodes[other]);
+    assert_eq!(epoch(&h), old + 1, "the new leader's epoch: {h}");
+    let log = c.nodes[other].log_text();
+    assert!(log.contains("in place from offset"), "{log}");
+    assert!(!log.contains("re-executing"), "{log}");
+    let fresh = rt.block_on(corelog_client::Client::connect(&c.nodes[other].addr(), &c.client())).expect("connect");
+    rt.block_on(fresh.append(b"after the take-over")).expect("an append on a fresh connection");
+}
+
 #[test]
 fn follower_sigkill_degrades_then_rejoins_the_in_sync_set() {
     let Some(mut c) = cluster("failover_follower_kill") else { return };
