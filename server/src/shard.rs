@@ -107,7 +107,7 @@ impl ConnOut {
                 codec::encode_appended2(req_id, shard, offset, duplicate, version, &mut self.buf.borrow_mut())
             }
         }
-        self.inflight.set(self.inflight.get() - 1);
+        take(&self.inflight, 1, "inflight");
         self.wake.notify();
     }
     pub fn push_error(&self, req_id: u64, code: ErrorCode, msg: &str) {
@@ -804,7 +804,7 @@ impl Shard {
             self.metrics.batch_records.record(b.count as f64);
             self.metrics.batch_bytes.record(records.len() as f64);
             self.metrics.bytes.increment(records.len() as u64);
-            self.staged_bytes.set(self.staged_bytes.get() - records.len());
+            take(&self.staged_bytes, records.len(), "staged_bytes");
             if !b.waiters.is_empty() {
                 self.unacked.borrow_mut().push_back(Unacked {
                     first_offset: b.first_offset,
@@ -844,7 +844,7 @@ impl Shard {
         }
         drop(unacked);
         if n > 0 {
-            self.unacked_count.set(self.unacked_count.get() - n as usize);
+            take(&self.unacked_count, n as usize, "unacked_count");
             self.metrics.appends.increment(n);
         }
         self.metrics.durable_offset.set(end as f64);
@@ -888,7 +888,7 @@ impl Shard {
         let mut dups = self.dups.borrow_mut();
         dups.retain(|d| {
             if pick(d) {
-                d.conn.inflight.set(d.conn.inflight.get() - 1);
+                take(&d.conn.inflight, 1, "inflight");
                 d.conn.push_error(d.req_id, code, msg);
                 false
             } else {
@@ -923,14 +923,14 @@ impl Shard {
             }
             let u = unacked.pop_front().expect("front exists");
             for w in u.waiters {
-                w.conn.inflight.set(w.conn.inflight.get() - 1);
+                take(&w.conn.inflight, 1, "inflight");
                 w.conn.push_error(w.req_id, code, &msg);
                 n += 1;
             }
         }
         drop(unacked);
         if n > 0 {
-            self.unacked_count.set(self.unacked_count.get() - n);
+            take(&self.unacked_count, n, "unacked_count");
             self.metrics.errors.increment(n as u64);
             self.space_ev.notify();
         }
@@ -954,15 +954,15 @@ impl Shard {
         self.fail_dups(|d| d.offset >= first, ErrorCode::Unavailable, &msg);
         let mut n = 0;
         for b in staged {
-            self.staged_bytes.set(self.staged_bytes.get() - b.records.len());
+            take(&self.staged_bytes, b.records.len(), "staged_bytes");
             for w in b.waiters {
-                w.conn.inflight.set(w.conn.inflight.get() - 1);
+                take(&w.conn.inflight, 1, "inflight");
                 w.conn.push_error(w.req_id, ErrorCode::Unavailable, &msg);
                 n += 1;
             }
         }
         self.next_assign.set(first);
-        self.unacked_count.set(self.unacked_count.get() - n);
+        take(&self.unacked_count, n, "unacked_count");
         self.metrics.errors.increment(n as u64);
         self.metrics.appends_held.set(0.0);
         self.space_ev.notify();
@@ -1032,7 +1032,7 @@ impl Shard {
     }
 
     pub fn conn_closed(&self) {
-        self.open_conns.set(self.open_conns.get() - 1);
+        take(&self.open_conns, 1, "open_conns");
     }
 
     /// Acts on the coordinator's decisions and tells it what it needs to decide on the
@@ -1079,6 +1079,17 @@ impl Shard {
     }
 }
 
+/// Takes `n` from a counter. One that would go below zero is a bug in its bookkeeping
+/// (in release it would wrap silently and lift every bound that reads it): stop there.
+fn take<T>(c: &Cell<T>, n: T, what: &str)
+where
+    T: Copy + PartialOrd + std::ops::Sub<Output = T> + std::fmt::Display,
+{
+    let v = c.get();
+    assert!(v >= n, "counter {what} would go below zero: {v} - {n}");
+    c.set(v - n);
+}
+
 fn publish_index(m: &ShardMetrics, t: &LogIndex) {
     m.producers.set(t.producers.len() as f64);
     m.producer_bytes.set(t.producers.bytes() as f64);
@@ -1092,4 +1103,23 @@ fn first_record_epoch(recs: &[u8]) -> u32 {
 
 fn last_record_epoch(recs: &[u8]) -> u32 {
     record::Records::new(recs).flatten().last().map(|r| r.epoch).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_counter_takes_what_it_holds() {
+        let c = Cell::new(3usize);
+        take(&c, 2, "c");
+        take(&c, 1, "c");
+        assert_eq!(c.get(), 0);
+    }
+
+    #[test]
+    #[should_panic(expected = "counter inflight would go below zero: 0 - 1")]
+    fn a_counter_below_zero_stops_with_its_name() {
+        take(&Cell::new(0u32), 1, "inflight");
+    }
 }

@@ -160,6 +160,10 @@ pub fn netns_cluster(test: &str, seed: Option<&Path>) -> Option<Cluster> {
                 .expect("run cp");
             assert!(st.success(), "copying {} to {} failed: {st}", seed.display(), to.display());
         }
+        // Written back before the nodes start: gigabytes of dirty pages flushed during the
+        // first faults stall etcd's fsyncs (a lapsed lease measured as a slow take-over).
+        let st = std::process::Command::new("sync").status().expect("run sync");
+        assert!(st.success(), "sync: {st}");
     }
     let etcd = Etcd::start_in(test, dir.path(), &net.exec("e"), &net.addr("e", "c"))?;
     let wiring = |i: usize| {
