@@ -136,7 +136,8 @@ start_nodes() {
 
 start_nodes
 ALL_PIDS=$(IFS=,; echo "${PIDS_LEADER[*]},${PIDS_FOLLOWER[*]}")
-export LEADER_PIDS=$(IFS=,; echo "${PIDS_LEADER[*]}") FOLLOWER_PIDS=$(IFS=,; echo "${PIDS_FOLLOWER[*]}")
+LEADER_PIDS=$(IFS=,; echo "${PIDS_LEADER[*]}"); FOLLOWER_PIDS=$(IFS=,; echo "${PIDS_FOLLOWER[*]}")
+export LEADER_PIDS FOLLOWER_PIDS
 export PROFILE_AT PROFILE_SECS PROFILE_DIR=$WORK/profile PROFILE_CALLGRAPH=${PROFILE_CALLGRAPH:-dwarf,16384}
 
 sweep() { # name steps extra-args...

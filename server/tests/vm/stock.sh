@@ -13,7 +13,9 @@ fail() {
   exit 1
 }
 
+# shellcheck disable=SC3045  # the guest's /bin/sh (dash) has ulimit -n and -H
 soft=$(ulimit -n)
+# shellcheck disable=SC3045
 hard=$(ulimit -H -n)
 say "open-file limit: soft $soft, hard $hard"
 [ "$soft" = 1024 ] || fail "expected the stock soft limit 1024, got $soft"
