@@ -108,8 +108,9 @@ class Attempts:
 
     def answered_on(self, conn: Any, err: CorelogError) -> Tuple[str, CorelogError]:
         """:meth:`answered` for an attempt on ``conn``. A connection to a follower never
-        writes an append (a role change restarts the node's process, so that connection
-        ends first): an attempt lost there was not written, and is answered as such."""
+        writes an append (a node that takes over closes the connections greeted as a
+        follower's first; other role changes restart its process): an attempt lost there
+        was not written, and is answered as such."""
         if conn.info.role == Role.FOLLOWER and step(err) == LOST and not isinstance(err, ServerError):
             self.flying = False
             return MOVE, Unreachable(f"{conn.addr}: a follower's connection ended before its answer ({err}); "
