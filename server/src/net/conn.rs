@@ -35,9 +35,11 @@ const TAIL_CHUNK: usize = 256 * 1024;
 /// an async fn's state is as large as its largest await plus its arguments, which are
 /// never overlapped. So the TLS session comes boxed (1,168 bytes inline, twice: here and
 /// in the spawning task), and the handshake runs boxed (≈ 4 KiB of state, held only for
-/// the handshake's duration, not for the connection's life). Leader RSS per connection
-/// at 9,000 connections: 27,953 B before, 14,950 B after (2026-11-25, when `deadline`
-/// still held its future twice: 12 KiB; docs/results/2026-11-23-efficiency.md).
+/// the handshake's duration, not for the connection's life). Likewise every request but
+/// an append awaits a boxed future (reads, stream reads, tails, subscriptions, trims,
+/// a duplicate's answer): inline, the largest of them set every connection's size
+/// (2,704 B for this future against 1,464 B boxed), for an allocation per such request.
+/// `benches/ab.sh` with `BIG=1` measures the leader's RSS per connection (mem36k).
 pub async fn serve(shard: Rc<Shard>, sock: TcpStream, tls: Option<Box<rustls::Connection>>) {
     let _ = sock.set_nodelay(true);
     // The TLS handshake and the first frame (`Hello`) must arrive by then: a silent or
@@ -162,7 +164,7 @@ async fn read_loop(
                     match checked {
                         Ok((name, _)) => {
                             let q = StreamRead { req_id, version, from: from_version, max_count, max_bytes };
-                            read_stream(shard, out, name, q).await?
+                            Box::pin(read_stream(shard, out, name, q)).await?
                         }
                         Err(e) => answer_later(shard, out, (req_id, version), e).await,
                     }
@@ -180,9 +182,7 @@ async fn read_loop(
                         continue;
                     }
                     let max = max_bytes.min(codec::MAX_READ_BYTES) as usize;
-                    let (recs, count) = shard
-                        .log
-                        .read(from, shard.committed(), max)
+                    let (recs, count) = Box::pin(shard.log.read(from, shard.committed(), max))
                         .await
                         .map_err(|e| (ErrorCode::Internal, e.to_string(), req_id))?;
                     let next = from + count as u64;
@@ -193,7 +193,8 @@ async fn read_loop(
                 Request::Tail { shard: s, from } => {
                     check_shard(shard, s, req_id)?;
                     rd.consume(used);
-                    return push_until_closed(shard, rd, out, Push { req_id, version, from, filter: None }).await;
+                    return Box::pin(push_until_closed(shard, rd, out, Push { req_id, version, from, filter: None }))
+                        .await;
                 }
                 Request::Trim { shard: s, before } => {
                     need_v2(version, "Trim", req_id)?;
@@ -201,7 +202,7 @@ async fn read_loop(
                     while out.inflight.get() > 0 {
                         out.drained.wait().await;
                     }
-                    match crate::retention::trim(shard, Some(before)).await {
+                    match Box::pin(crate::retention::trim(shard, Some(before))).await {
                         Ok(first) => Response::Trimmed { shard: s, first_offset: first }
                             .encode(req_id, &mut out.buf.borrow_mut()),
                         Err(e) => {
@@ -212,7 +213,7 @@ async fn read_loop(
                 }
                 Request::Subscribe { stream, name, from } => {
                     need_v2(version, "Subscribe", req_id)?;
-                    let (from, filter) = match subscription(shard, stream, name, from).await {
+                    let (from, filter) = match Box::pin(subscription(shard, stream, name, from)).await {
                         Ok(f) => f,
                         // A refused subscription ends the connection (nothing may follow).
                         Err(Refused::Error(code, msg)) => return Err((code, msg, req_id)),
@@ -223,8 +224,8 @@ async fn read_loop(
                         }
                     };
                     rd.consume(used);
-                    return push_until_closed(shard, rd, out, Push { req_id, version, from, filter: Some(filter) })
-                        .await;
+                    let push = Push { req_id, version, from, filter: Some(filter) };
+                    return Box::pin(push_until_closed(shard, rd, out, push)).await;
                 }
             }
             rd.consume(used);
@@ -357,7 +358,7 @@ async fn append(
                     out.drained.wait().await;
                 }
                 let p = req.producer.expect("only idempotent appends are duplicates");
-                if shard.answer_duplicate(p, req.stream.map(|s| s.0), out, req_id).await {
+                if Box::pin(shard.answer_duplicate(p, req.stream.map(|s| s.0), out, req_id)).await {
                     return;
                 }
                 // The original's offset was handed out again meanwhile: append it anew.

@@ -249,6 +249,7 @@ async fn apply(
             return Err("superseded while waiting for room".into());
         }
         shard.stage_replicated(first_offset, count, records);
+        assert_eq!(shard.assigned(), first_offset + count as u64, "shard {}: a batch staged out of place", shard.id());
         floor.leader_durable_below(first_offset);
     }
 }

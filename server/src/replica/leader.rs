@@ -245,12 +245,20 @@ async fn ship(shard: &Rc<Shard>, wr: &mut Writer, mut cursor: u64, dead: &Cell<b
     let mut out = Vec::with_capacity(CATCH_UP_CHUNK + 64);
     let mut from_segments = false;
     let mut idle = Watchdog::new();
+    // A leader's epoch is fixed while it leads (a new epoch is a new incarnation or a
+    // follower's take-over, never a change under a running link).
+    let epoch = shard.epoch();
     while !dead.get() {
         if shard.role() != Role::Leader {
             return Err("no longer leading".into());
         }
+        assert_eq!(shard.epoch(), epoch, "shard {}: the epoch changed while leading", shard.id());
+        assert!(
+            cursor <= shard.assigned(),
+            "shard {}: shipping from {cursor}, beyond the offsets assigned",
+            shard.id()
+        );
         out.clear();
-        let epoch = shard.epoch();
         if let Some((first, count, recs, at)) = from_recent(shard, cursor) {
             Repl::Batch { epoch, first_offset: first, count, records: &recs[at..] }.encode(&mut out);
             cursor = first + count as u64;
