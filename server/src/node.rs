@@ -141,7 +141,7 @@ pub fn serve(mut cfg: ServeConfig) -> Result<(), String> {
         let c = ControlCell::new(cfg.shards.len(), d.leading);
         c.set_coordinated();
         if d.leading {
-            c.set_solo(!d.term.in_sync(&cc.peer_id) && cc.min_insync < 2);
+            c.set_solo(cc.solo_in(&d.term));
             cfg.role = NodeRole::Leader;
             term_epoch = Some(d.term.epoch);
         } else {

@@ -94,18 +94,8 @@ fn a_take_over_leads_in_place_and_closes_the_connections_greeted_as_a_followers(
     let leader = c.wait_pair(Duration::from_secs(60));
     let other = 1 - leader;
     let old = epoch(&health(&c.nodes[leader]));
-    let tls = corelog_client::tls::client_config(
-        &c.certs.join("ca.pem"),
-        Some((&c.certs.join("client.pem"), &c.certs.join("client.key"))),
-    )
-    .expect("client TLS");
-    let port = c.nodes[other].ports.client;
     let rt = runtime();
-    let mut s = rt.block_on(async {
-        let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.expect("connect to the follower");
-        let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
-        tokio_rustls::TlsConnector::from(std::sync::Arc::new(tls)).connect(name, tcp).await.expect("TLS")
-    });
+    let mut s = rt.block_on(common::raw_mtls(c.nodes[other].ports.client, &c.certs)).expect("mTLS to the follower");
     let mut got = Vec::new();
     let hello = rt.block_on(async {
         let mut f = Vec::new();
@@ -403,10 +393,15 @@ fn stall(h: &History, from_us: u64, to_us: u64) -> Option<(u64, u64)> {
     window.windows(2).map(|w| (w[0], w[1])).max_by_key(|(a, b)| b - a)
 }
 
+/// Seconds since midnight UTC of `t`, as log lines are stamped.
+fn day_secs(t: std::time::SystemTime) -> f64 {
+    t.duration_since(std::time::UNIX_EPOCH).expect("after 1970").as_secs_f64() % 86_400.0
+}
+
 /// The lines of a node's log from `fault` on.
-fn since_fault(log: &str, fault: std::time::SystemTime) -> String {
-    let d = fault.duration_since(std::time::UNIX_EPOCH).expect("after 1970").as_secs_f64() % 86_400.0;
-    log.lines().filter(|l| log_secs(l).is_some_and(|t| t >= d)).collect::<Vec<_>>().join("\n")
+fn since_fault(log: &str, fault: std::time::SystemTime) -> Vec<&str> {
+    let d = day_secs(fault);
+    log.lines().filter(|l| log_secs(l).is_some_and(|t| t >= d)).collect()
 }
 
 /// Seconds since midnight UTC of a log line's timestamp (`YYYY-MM-DDTHH:MM:SS.ffffffZ`).
@@ -420,10 +415,10 @@ fn log_secs(line: &str) -> Option<f64> {
 /// The new leader's side of the last take-over after `fault` (its log, UTC): when it
 /// claimed the term and when its first shard led it in place, in ms from the fault.
 fn takeover_timeline(log: &str, fault: std::time::SystemTime) -> String {
-    let d = fault.duration_since(std::time::UNIX_EPOCH).expect("after 1970").as_secs_f64() % 86_400.0;
+    let d = day_secs(fault);
     let steps = [("claimed", "took over as leader"), ("led", "in place from offset")];
     let mut at = Vec::new();
-    let lines: Vec<&str> = log.lines().filter(|l| log_secs(l).is_some_and(|t| t >= d)).collect();
+    let lines = since_fault(log, fault);
     let mut from = 0;
     for (name, what) in steps {
         match lines[from..].iter().position(|l| l.contains(what)) {
@@ -508,7 +503,7 @@ fn every_fault_kind_resumes_writes() {
                 let log = c.nodes[1 - leader].log_text();
                 eprintln!("fault {} trial {k}: {}", kind.name(), takeover_timeline(&log, wall));
                 // The follower that won the term led it without a restart.
-                let since = since_fault(&log, wall);
+                let since = since_fault(&log, wall).join("\n");
                 assert!(
                     since.contains("leading in epoch") && since.contains("in place from offset"),
                     "{}: the take-over did not lead in place:\n{since}",

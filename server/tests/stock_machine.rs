@@ -266,18 +266,9 @@ fn a_client_certificate_cannot_open_a_replication_link() {
     let acked = Acked::default();
     assert_eq!(runtime().block_on(load(&p.leader.addr(), &cfg, 2, 5, "pair", &acked)), 0, "the pair replicates");
 
-    let tls = corelog_client::tls::client_config(
-        &certs.join("ca.pem"),
-        Some((&certs.join("client.pem"), &certs.join("client.key"))),
-    )
-    .unwrap();
     let answer: Result<Vec<u8>, String> = runtime().block_on(async {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let tcp =
-            tokio::net::TcpStream::connect(("127.0.0.1", p.follower.ports.repl)).await.map_err(|e| e.to_string())?;
-        let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
-        let mut s =
-            tokio_rustls::TlsConnector::from(Arc::new(tls)).connect(name, tcp).await.map_err(|e| e.to_string())?;
+        let mut s = raw_mtls(p.follower.ports.repl, &certs).await?;
         let mut frame = Vec::new();
         let hello = Repl::Hello {
             version: codec::REPL_PROTOCOL_VERSION,

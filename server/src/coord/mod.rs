@@ -88,6 +88,12 @@ impl CoordConfig {
         Duration::from_secs(self.lease.as_millis().div_ceil(1000).max(1) as u64)
     }
 
+    /// A leader of `t` acknowledges on its own fsync: the term's in-sync set lacks the
+    /// peer and `--min-insync` allows one copy.
+    pub fn solo_in(&self, t: &Term) -> bool {
+        !t.in_sync(&self.peer_id) && self.min_insync < 2
+    }
+
     /// A leader beats this often: four beats per lease.
     pub fn beat_every(&self) -> Duration {
         self.lease / 4
@@ -319,7 +325,7 @@ impl Coordinator {
     /// Sets what a leader's shards act on (in-sync set, lease from the claim, view),
     /// then orders them to lead `t` in place.
     fn lead_in_place(&mut self, ctl: &ControlCell, t: &Term, why: &str) {
-        let solo = !t.in_sync(&self.cfg.peer_id) && self.cfg.min_insync < 2;
+        let solo = self.cfg.solo_in(t);
         ctl.set_solo(solo);
         if let Some(at) = self.claimed_at {
             ctl.set_lease_until(at + self.cfg.lease.saturating_sub(self.cfg.margin()));

@@ -352,6 +352,22 @@ pub type Acked = Arc<Mutex<HashMap<Position, Vec<u8>>>>;
 
 /// `conns` connections each appending up to `per_conn` unique payloads (sequentially,
 /// one in flight). Stops a connection at its first error. Returns the number of errors.
+/// A raw mTLS connection to 127.0.0.1:`port` with the client certificate of `certs`
+/// (name `localhost`), for a test that writes frames by hand.
+pub async fn raw_mtls(
+    port: u16,
+    certs: &Path,
+) -> Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>, String> {
+    let tls = corelog_client::tls::client_config(
+        &certs.join("ca.pem"),
+        Some((&certs.join("client.pem"), &certs.join("client.key"))),
+    )
+    .map_err(|e| e.to_string())?;
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.map_err(|e| e.to_string())?;
+    let name = rustls::pki_types::ServerName::try_from("localhost").expect("a valid name");
+    tokio_rustls::TlsConnector::from(Arc::new(tls)).connect(name, tcp).await.map_err(|e| e.to_string())
+}
+
 pub async fn load(addr: &str, cfg: &ClientConfig, conns: usize, per_conn: usize, tag: &str, acked: &Acked) -> usize {
     let mut tasks = Vec::new();
     for c in 0..conns {
