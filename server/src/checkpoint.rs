@@ -27,6 +27,9 @@ use crate::wal::recovery::sync_dir;
 
 const MAGIC: &[u8; 8] = b"CLCKPT01";
 
+/// Where the stream heads start in a checkpoint's bytes (after the magic and the offset).
+pub const HEADS_AT: usize = 16;
+
 pub fn file_name(offset: u64) -> String {
     format!("checkpoint-{offset:020}.ckpt")
 }
@@ -48,6 +51,7 @@ pub fn encode(offset: u64, streams: &Streams, producers: &[Saved], epochs: &[(u3
     let mut out = Vec::with_capacity(64 + streams.len() * 48);
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&offset.to_le_bytes());
+    debug_assert_eq!(out.len(), HEADS_AT);
     streams.encode_heads(&mut out);
     encode_producers(producers, &mut out);
     out.extend_from_slice(&(epochs.len() as u32).to_le_bytes());

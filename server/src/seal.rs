@@ -29,24 +29,36 @@ pub(crate) async fn roll(shard: &Rc<Shard>) -> io::Result<()> {
     };
     let producers = shard.durable_producers.borrow().saved();
     let epochs = shard.log.epochs_below(at);
-    let (runs, run_bytes, ckpt) = shard.update_index(|ix| {
+    let (runs, run_bytes, ckpt, rebase) = shard.update_index(|ix| {
         let (runs, bytes) = ix.streams.seal(seg, at);
-        (runs, bytes, checkpoint::encode(at, &ix.streams, &producers, &epochs))
+        (runs, bytes, checkpoint::encode(at, &ix.streams, &producers, &epochs), ix.streams.prepare_rebase())
     });
     let run_bytes = Rc::new(run_bytes);
     shard.log.runs_pending(seg, run_bytes.clone());
     let prev = shard.sealing.borrow_mut().take();
     let (dir, id) = (shard.log.dir().to_path_buf(), shard.id());
-    let (metrics, log) = (shard.metrics.clone(), shard.log.clone());
+    let (metrics, log, me) = (shard.metrics.clone(), shard.log.clone(), Rc::downgrade(shard));
     let bytes = (*run_bytes).clone();
     let task = glommio::spawn_local(async move {
         if let Some(p) = prev {
             p.await;
         }
-        match glommio::executor().spawn_blocking(move || write(id, &dir, sealed, (runs, bytes), at, ckpt)).await {
-            Ok(()) => {
+        let blocking = move || {
+            write(id, &dir, sealed, (runs, bytes), at, &ckpt)?;
+            Ok::<_, String>(rebase(&ckpt[checkpoint::HEADS_AT..]))
+        };
+        match glommio::executor().spawn_blocking(blocking).await {
+            Ok(rebase) => {
                 log.runs_written(seg);
                 metrics.checkpoints.increment(1);
+                // The stream index lets go of what the checkpoint now holds.
+                match (rebase, me.upgrade()) {
+                    (Ok(r), Some(shard)) => {
+                        shard.update_index(|ix| ix.streams.rebase(r));
+                    }
+                    (Err(e), _) => log::warn!("shard {id}: the checkpoint at {at} just written: {e}"),
+                    (Ok(_), None) => {}
+                }
             }
             Err(e) => {
                 metrics.checkpoint_errors.increment(1);
@@ -66,7 +78,7 @@ fn write(
     sealed: Sealed,
     runs: (u32, Vec<u8>),
     at: u64,
-    ckpt: Vec<u8>,
+    ckpt: &[u8],
 ) -> Result<(), String> {
     let mut ix = match sealed {
         Sealed::Indexed(ix) => ix,
@@ -78,7 +90,7 @@ fn write(
     (ix.runs, ix.run_bytes) = runs;
     (ix.runs_len, ix.runs_crc) = (ix.run_bytes.len() as u32, crc32fast::hash(&ix.run_bytes));
     segidx::write(dir, &ix)?;
-    checkpoint::write(dir, at, &ckpt)?;
+    checkpoint::write(dir, at, ckpt)?;
     checkpoint::remove(dir, |o| o < at)?;
     Ok(())
 }

@@ -1095,6 +1095,7 @@ fn publish_index(m: &ShardMetrics, t: &LogIndex) {
     m.producer_bytes.set(t.producers.bytes() as f64);
     m.streams.set(t.streams.len() as f64);
     m.stream_bytes.set(t.streams.bytes() as f64);
+    m.streams_decoded.set(t.streams.decoded() as f64);
 }
 
 fn first_record_epoch(recs: &[u8]) -> u32 {

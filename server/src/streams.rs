@@ -28,8 +28,15 @@
 //! is saved in each checkpoint (`checkpoint.rs`): next version, run count, first run and
 //! levels per stream.
 //!
-//! Memory: per stream `STREAM_BYTES` + its name + 24 bytes per level (≤ log2 of its runs
-//! + 1), + 8 per event in the last segment. Reported by `corelog_stream_index_bytes`.
+//! The newest checkpoint's heads are not decoded into the map: they stay as that
+//! checkpoint's bytes (`base.rs`), read in place, and a stream moves into the map when it
+//! is written. At each roll, once the roll's checkpoint is written, its heads become the
+//! base and the streams with no event in the new segment leave the map (`rebase`).
+//!
+//! Memory: per stream in the base its encoded head (name + 14 bytes + 20 per pointer) and
+//! 12–20 bytes of table; per stream in the map `STREAM_BYTES` + its name + 24 bytes per
+//! level (≤ log2 of its runs + 1), + 8 per event in the last segment. Reported by
+//! `corelog_stream_index_bytes`.
 
 use std::collections::HashMap;
 
@@ -37,6 +44,9 @@ use corelog_client::codec::Expect;
 
 use crate::le::Reader;
 use crate::wal::segidx::{self, RunRef};
+use base::Base;
+
+mod base;
 
 /// Approximate bytes per stream besides its name, levels and last-segment offsets: the
 /// hash slot, the boxed name's and the vectors' headers, the fields, allocator overhead.
@@ -127,9 +137,36 @@ impl Located {
     }
 }
 
+/// A number no other index of this process has.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Instance(u64);
+
+impl Default for Instance {
+    fn default() -> Instance {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        Instance(NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+    }
+}
+
+/// A checkpoint's streams made ready off the executor for the index that wrote them
+/// (`Streams::prepare_rebase`, `Streams::rebase`).
+pub struct Rebase {
+    instance: Instance,
+    at: u64,
+    base: Base,
+}
+
 #[derive(Default)]
 pub struct Streams {
+    /// Every stream the shard touched since the start (or every stream, without a
+    /// checkpoint): these shadow `base`.
     map: HashMap<Box<str>, Entry>,
+    /// The newest checkpoint's streams (the start's, then each roll's: `rebase`), kept as
+    /// its bytes (`base.rs`).
+    base: Base,
+    /// Which index this is: a rebase built for another (one rebuilt after a cut) is not
+    /// taken.
+    instance: Instance,
     /// First offset of the log's last segment: the events below it are in the sealed
     /// segments' index files.
     active_from: u64,
@@ -150,7 +187,25 @@ impl Streams {
 
     /// The stream's current version (its last event's), `None` when it has none.
     pub fn current(&self, name: &str) -> Option<u64> {
-        self.map.get(name).and_then(|e| e.next.checked_sub(1))
+        let next = match self.map.get(name) {
+            Some(e) => e.next,
+            None => self.base.find(name).map_or(0, |i| self.base.next(i)),
+        };
+        next.checked_sub(1)
+    }
+
+    /// Moves the checkpoint's entry of `name`, if it has one, into the map.
+    fn touch(&mut self, name: &str) {
+        if self.map.contains_key(name) {
+            return;
+        }
+        if let Some(i) = self.base.find(name) {
+            let e = self.base.entry(i);
+            self.base.shadow(i);
+            self.name_bytes += name.len();
+            self.level_slots += e.levels.capacity();
+            self.map.insert(name.into(), e);
+        }
     }
 
     /// The version an append expecting `expect` gets, or the stream's current version
@@ -169,6 +224,7 @@ impl Streams {
     /// offset handed out again was taken back with `forget_from` first; a version out of
     /// line (a log that disagrees with itself) is an error and changes nothing.
     pub fn note(&mut self, name: &str, version: u64, offset: u64) -> Result<(), String> {
+        self.touch(name);
         let next = self.map.get(name).map_or(0, |e| e.next);
         if version != next {
             return Err(out_of_line(offset, version, name, next));
@@ -199,6 +255,8 @@ impl Streams {
             let keep = e.active.partition_point(|&o| o < from);
             e.next -= (e.active.len() - keep) as u64;
             e.active.truncate(keep);
+            // A stream of the checkpoint has events below it, so never goes: the
+            // checkpoint's stale entry stays shadowed.
             let gone = e.next == 0;
             if gone {
                 names += name.len();
@@ -245,6 +303,7 @@ impl Streams {
     /// and run numbers (the segments are fed in order, after a checkpoint).
     pub fn feed_sealed(&mut self, seg: u64, runs: &[(u32, segidx::Run)]) -> Result<(), String> {
         for (pos, r) in runs {
+            self.touch(&r.name);
             if !self.map.contains_key(&*r.name) {
                 self.name_bytes += r.name.len();
                 self.map.insert(r.name.clone(), Entry::default());
@@ -285,18 +344,22 @@ impl Streams {
 
     /// What a read of `name` needs (None: no such stream).
     pub fn locate(&self, name: &str) -> Option<Located> {
-        self.map.get(name).map(|e| Located {
+        let at = |e: &Entry| Located {
             next: e.next,
             active: e.active.clone(),
             first: e.first,
             levels: e.levels.clone(),
             runs: e.runs,
-        })
+        };
+        match self.map.get(name) {
+            Some(e) => Some(at(e)),
+            None => self.base.find(name).map(|i| at(&self.base.entry(i))),
+        }
     }
 
     /// Every stream and its next version (for the trim's index snapshot).
     pub fn next_versions(&self) -> impl Iterator<Item = (&str, u64)> {
-        self.map.iter().map(|(n, e)| (&**n, e.next))
+        self.map.iter().map(|(n, e)| (&**n, e.next)).chain(self.base.live_versions())
     }
 
     /// A stream known from an index snapshot: `next` versions counted, none held.
@@ -304,6 +367,7 @@ impl Streams {
         if next == 0 {
             return;
         }
+        self.touch(name);
         if self.map.insert(name.into(), Entry { next, ..Entry::default() }).is_none() {
             self.name_bytes += name.len();
         }
@@ -311,7 +375,8 @@ impl Streams {
 
     /// The index as it stood at the last segment's start (`active_from`), for a
     /// checkpoint: every stream with an event below it, its next version there, runs,
-    /// first run and levels. Visits every stream.
+    /// first run and levels. Encodes the streams in the map; copies the bytes of the
+    /// checkpoint's entries that nothing touched since the start loaded them.
     pub fn encode_heads(&self, out: &mut Vec<u8>) -> u64 {
         let mut n = 0u64;
         let count_at = out.len();
@@ -336,52 +401,52 @@ impl Streams {
             }
             n += 1;
         }
+        n += self.base.copy_live(out);
         out[count_at..count_at + 8].copy_from_slice(&n.to_le_bytes());
         n
     }
 
-    /// Decodes what `encode_heads` wrote into an empty index whose last segment starts at
-    /// `active_from`.
-    pub fn decode_heads(r: &mut Reader<'_>, active_from: u64) -> Result<Streams, String> {
-        let mut s = Streams { active_from, ..Streams::default() };
-        let n = r.u64()?;
-        // Sized once: a start with a million streams rehashes nothing (each entry takes at
-        // least 15 bytes of the checkpoint, which bounds `n`).
-        s.map.reserve((n as usize).min(r.rest() / 15));
-        for _ in 0..n {
-            let len = r.u8()? as usize;
-            let name = std::str::from_utf8(r.take(len)?).map_err(|_| "a stream name is not UTF-8")?;
-            let (next, runs) = (r.u64()?, r.u32()?);
-            let flags = r.u8()?;
-            let (nrefs, no_first) = ((flags & !NO_FIRST) as usize, flags & NO_FIRST != 0);
-            let mut read_ref =
-                || -> Result<RunRef, String> { Ok(RunRef { seg: r.u64()?, pos: r.u32()?, first_version: r.u64()? }) };
-            let first = if nrefs > 0 && !no_first { Some(read_ref()?) } else { None };
-            let mut levels = Vec::with_capacity(nrefs);
-            for _ in usize::from(first.is_some())..nrefs {
-                levels.push(read_ref()?);
-            }
-            let levels_ok = match (runs, nrefs) {
-                (0, 0) => true,
-                (0, _) | (_, 0) => false,
-                (n, k) => {
-                    k - 1 <= (32 - n.leading_zeros()) as usize
-                        && (first.is_some() || !levels.is_empty())
-                        && first.iter().chain(&levels).all(|r| r.first_version < next)
-                }
-            };
-            if name.is_empty() || next == 0 || !levels_ok || first.iter().chain(&levels).any(|r| r.seg >= active_from) {
-                return Err(format!(
-                    "stream {name:?}: runs {runs}, {nrefs} pointer(s) do not fit a checkpoint at {active_from}"
-                ));
-            }
-            if s.map.insert(name.into(), Entry { next, active: Vec::new(), runs, first, levels }).is_some() {
-                return Err(format!("stream {name:?} twice"));
-            }
-            s.name_bytes += name.len();
+    /// What `rebase` needs, from the heads `encode_heads` wrote (at the front of the
+    /// bytes given) when this index's last segment started where it starts now: checks
+    /// and tables them. Borrows nothing of the index, so it runs off the executor.
+    pub fn prepare_rebase(&self) -> impl FnOnce(&[u8]) -> Result<Rebase, String> + Send + 'static {
+        let (instance, at) = (self.instance, self.active_from);
+        move |heads| {
+            let mut r = Reader(heads);
+            let n = r.u64()?;
+            Ok(Rebase { instance, at, base: Base::decode(&mut r, n, at)? })
         }
-        s.recount();
-        Ok(s)
+    }
+
+    /// Takes the heads of the checkpoint written at this index's last roll as its base and
+    /// lets go of every stream without events in the last segment (the base holds them
+    /// as they are): memory keeps the checkpoint's bytes and the streams written since,
+    /// not every stream ever touched. Refused (false) if the index rolled again or was
+    /// rebuilt since: the heads would be stale.
+    pub fn rebase(&mut self, r: Rebase) -> bool {
+        if r.instance != self.instance || r.at != self.active_from {
+            return false;
+        }
+        self.base = r.base;
+        self.map.retain(|_, e| !e.active.is_empty());
+        for name in self.map.keys() {
+            if let Some(i) = self.base.find(name) {
+                self.base.shadow(i);
+            }
+        }
+        self.name_bytes = self.map.keys().map(|n| n.len()).sum();
+        self.map.shrink_to_fit();
+        self.recount();
+        true
+    }
+
+    /// Takes what `encode_heads` wrote as the index of a shard whose last segment starts
+    /// at `active_from`: every entry checked, none decoded until the shard touches its
+    /// stream (`base.rs`).
+    pub fn decode_heads(r: &mut Reader<'_>, active_from: u64) -> Result<Streams, String> {
+        let n = r.u64()?;
+        let base = Base::decode(r, n, active_from)?;
+        Ok(Streams { active_from, base, ..Streams::default() })
     }
 
     /// Each stream as it stood at the last segment's start, without byte positions
@@ -389,11 +454,11 @@ impl Streams {
     /// sorted: what `inspect` compares a checkpoint with.
     pub fn heads(&self) -> Vec<Head> {
         let mut v: Vec<_> = self
-            .map
-            .iter()
+            .all()
+            .into_iter()
             .map(|(n, e)| {
                 let refs = e.first.iter().chain(&e.levels).map(|r| (r.seg, r.first_version)).collect();
-                (n.clone(), e.next - e.active.len() as u64, e.runs, refs)
+                (n, e.next - e.active.len() as u64, e.runs, refs)
             })
             .filter(|h| h.1 > 0)
             .collect();
@@ -402,11 +467,16 @@ impl Streams {
     }
 
     pub fn len(&self) -> usize {
+        self.map.len() + self.base.live()
+    }
+
+    /// Streams held decoded (touched since the last checkpoint's heads became the base).
+    pub fn decoded(&self) -> usize {
         self.map.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
+        self.len() == 0
     }
 
     /// Events held in memory (those of the last segment).
@@ -416,14 +486,64 @@ impl Streams {
 
     /// Approximate memory held (see the module docs).
     pub fn bytes(&self) -> usize {
-        self.map.len() * STREAM_BYTES + self.name_bytes + self.active_slots * 8 + self.level_slots * 24
+        self.map.len() * STREAM_BYTES
+            + self.name_bytes
+            + self.active_slots * 8
+            + self.level_slots * 24
+            + self.base.bytes_held()
+    }
+
+    /// Every stream, decoded (for comparisons and `inspect`: visits and copies all).
+    fn all(&self) -> HashMap<Box<str>, Entry> {
+        let mut all = self.map.clone();
+        all.extend(self.base.live_entries().map(|(n, e)| (n.into(), e)));
+        all
     }
 
     /// Two indexes hold the same streams, versions, runs and levels (a start's, checked
     /// against another way of building it).
     pub fn same_as(&self, other: &Streams) -> bool {
-        self.map == other.map
+        self.all() == other.all()
     }
+}
+
+/// One stream of a checkpoint (`Streams::encode_heads`), checked: a name, a next version
+/// above every pointer, no more pointers than its runs allow, none at or above
+/// `active_from` (the checkpoint's offset). Without `keep` the pointers are only checked
+/// (the entry's `first` and `levels` are left empty: nothing allocated).
+fn decode_entry<'a>(r: &mut Reader<'a>, active_from: u64, keep: bool) -> Result<(&'a str, Entry), String> {
+    let len = r.u8()? as usize;
+    let name = std::str::from_utf8(r.take(len)?).map_err(|_| "a stream name is not UTF-8")?;
+    let (next, runs) = (r.u64()?, r.u32()?);
+    let flags = r.u8()?;
+    let (nrefs, no_first) = ((flags & !NO_FIRST) as usize, flags & NO_FIRST != 0);
+    let mut e = Entry { next, runs, ..Entry::default() };
+    if keep {
+        e.levels.reserve_exact(nrefs);
+    }
+    let mut fits = true;
+    for k in 0..nrefs {
+        let p = RunRef { seg: r.u64()?, pos: r.u32()?, first_version: r.u64()? };
+        fits &= p.first_version < next && p.seg < active_from;
+        match (keep, k == 0 && !no_first) {
+            (false, _) => {}
+            (true, true) => e.first = Some(p),
+            (true, false) => e.levels.push(p),
+        }
+    }
+    // Pointers: the first run (unless retention took it) and one per level up to
+    // log2(runs); a stream with runs has at least one, one without runs none.
+    let levels_ok = match (runs, nrefs) {
+        (0, 0) => true,
+        (0, _) | (_, 0) => false,
+        (n, k) => k - 1 <= (32 - n.leading_zeros()) as usize,
+    };
+    if name.is_empty() || next == 0 || !levels_ok || !fits {
+        return Err(format!(
+            "stream {name:?}: runs {runs}, {nrefs} pointer(s) do not fit a checkpoint at {active_from}"
+        ));
+    }
+    Ok((name, e))
 }
 
 /// The error for an event whose version is not its stream's next.
@@ -527,5 +647,107 @@ mod tests {
         assert_eq!(s.encode_heads(&mut out), 2);
         let back = Streams::decode_heads(&mut Reader(&out), 4000).unwrap();
         assert!(back.same_as(&s));
+    }
+
+    /// A checkpoint's streams held as its bytes behave as the decoded index they stand
+    /// for: versions and reads answered in place, a touched stream moved into the map,
+    /// and the next checkpoint (copied entries and encoded ones) decoding to the same.
+    #[test]
+    fn a_checkpoints_streams_serve_in_place_and_encode_again() {
+        let name = |k: u32| format!("stream-{k}");
+        let mut s = Streams::default();
+        let mut offset = 0;
+        for seg in 0..6u64 {
+            s.set_active_from(seg * 1_000);
+            offset = offset.max(seg * 1_000);
+            for k in 0..300u32 {
+                if !(k as u64 + seg).is_multiple_of(3) {
+                    let next = s.current(&name(k)).map_or(0, |c| c + 1);
+                    s.note(&name(k), next, offset).unwrap();
+                    offset += 1;
+                }
+            }
+            s.seal(seg * 1_000, (seg + 1) * 1_000);
+        }
+        s.set_active_from(6_000);
+        let mut out = Vec::new();
+        let n = s.encode_heads(&mut out);
+        assert_eq!(n, 300);
+        let mut t = Streams::decode_heads(&mut Reader(&out), 6_000).unwrap();
+        assert!(t.map.is_empty() && t.len() == 300 && t.same_as(&s));
+        for k in [0, 7, 299] {
+            assert_eq!(t.current(&name(k)), s.current(&name(k)));
+            let (a, b) = (t.locate(&name(k)).unwrap(), s.locate(&name(k)).unwrap());
+            assert_eq!((a.next, a.runs, a.first, a.levels), (b.next, b.runs, b.first, b.levels));
+        }
+        assert_eq!(t.current("nobody"), None);
+        // Touch some streams (and a new one) on both, seal on both: the same index.
+        for ix in [&mut s, &mut t] {
+            for k in (0..300u32).step_by(7) {
+                let next = ix.current(&name(k)).map_or(0, |c| c + 1);
+                ix.note(&name(k), next, 6_000 + k as u64).unwrap();
+            }
+            ix.note("fresh", 0, 6_500).unwrap();
+            ix.seal(6_000, 7_000);
+        }
+        assert_eq!(t.map.len(), 44);
+        assert_eq!((t.len(), t.current("fresh")), (301, Some(0)));
+        // (Byte positions of the runs differ: each seal writes them in its map's order.)
+        assert_eq!(t.heads(), s.heads());
+        let mut mut_out = Vec::new();
+        t.encode_heads(&mut mut_out);
+        let back = Streams::decode_heads(&mut Reader(&mut_out), 7_000).unwrap();
+        assert!(back.same_as(&t) && back.len() == 301);
+        let mut names: Vec<_> = back.next_versions().map(|(n, v)| (n.to_string(), v)).collect();
+        let mut want: Vec<_> = s.next_versions().map(|(n, v)| (n.to_string(), v)).collect();
+        names.sort();
+        want.sort();
+        assert_eq!(names, want);
+        assert_eq!(back.heads(), s.heads());
+        // A name twice is refused.
+        let mut twice = Vec::new();
+        let mut one = Streams::default();
+        one.note("a", 0, 1).unwrap();
+        one.seal(0, 10);
+        one.encode_heads(&mut twice);
+        let entry = twice[8..].to_vec();
+        twice.extend_from_slice(&entry);
+        twice[..8].copy_from_slice(&2u64.to_le_bytes());
+        let e = Streams::decode_heads(&mut Reader(&twice), 10).err().expect("refused");
+        assert!(e.contains("twice"), "{e}");
+    }
+
+    /// A roll's checkpoint becomes the base: streams without events in the last segment
+    /// leave the map, nothing changes to a reader, and heads for an older roll or another
+    /// index are refused.
+    #[test]
+    fn a_rebase_keeps_only_the_streams_written_since_the_roll() {
+        let mut s = Streams::default();
+        for k in 0..50u64 {
+            s.note(&format!("s{k}"), 0, k).unwrap();
+        }
+        s.seal(0, 100);
+        s.note("s3", 1, 100).unwrap();
+        s.note("new", 0, 101).unwrap();
+        let (before, len) = (s.heads(), s.len());
+        let mut out = Vec::new();
+        s.encode_heads(&mut out);
+        let prep = s.prepare_rebase();
+        let mut o = Streams::default();
+        o.set_active_from(100);
+        let other = o.prepare_rebase()(&out).unwrap();
+        assert!(!s.rebase(other), "heads made for another index");
+        assert!(s.rebase(prep(&out).unwrap()));
+        assert_eq!(s.map.len(), 2, "only the streams with events since the roll stay decoded");
+        assert_eq!((s.heads(), s.len()), (before, len));
+        assert_eq!((s.current("s3"), s.current("s4"), s.current("new")), (Some(1), Some(0), Some(0)));
+        assert_eq!(s.locate("s4").unwrap().runs, 1);
+        // Heads prepared before a further roll are stale by then.
+        let prep = s.prepare_rebase();
+        let mut out = Vec::new();
+        s.encode_heads(&mut out);
+        s.seal(100, 200);
+        assert!(!s.rebase(prep(&out).unwrap()));
+        assert_eq!(s.locate("s3").unwrap().runs, 2);
     }
 }

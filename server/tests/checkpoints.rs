@@ -150,6 +150,52 @@ fn a_start_reads_the_segment_indexes_and_the_checkpoint_and_scans_only_the_tail(
     check_streams(&n.addr(), &cfg, &acked, &versions);
 }
 
+/// Streams with no event in the last segment are not held decoded: once a roll's
+/// checkpoint is written, its stream heads are read in place. Reads of every version and
+/// appends expecting each stream's version find them there, live and after kill -9.
+#[test]
+fn streams_not_written_since_the_last_roll_are_read_in_place_from_its_checkpoint() {
+    let dir = TempDir::new("ckpt-base");
+    let mut n = standalone(&dir, "node");
+    n.start();
+    let cfg = client_config(None);
+    let acked = Acked::default();
+    let mut versions = [None; 5];
+    fill(&n.addr(), &cfg, 3_000, "a", &acked, &mut versions);
+    // ~5 MB of plain appends: the segment of the last stream event is sealed (4 MiB).
+    runtime().block_on(async {
+        let c = Client::connect(&n.addr(), &cfg).await.unwrap();
+        for i in 0..2_500 {
+            let payload = format!("plain-{i}-{}", "y".repeat(2000)).into_bytes();
+            let pos = c.append(&payload).await.unwrap();
+            acked.lock().unwrap().insert(pos, payload);
+        }
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while n.metric_sum("corelog_streams_decoded") != 0.0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "streams still decoded: {}",
+            n.metric_sum("corelog_streams_decoded")
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(n.metric_sum("corelog_streams"), 5.0);
+    check_streams(&n.addr(), &cfg, &acked, &versions);
+    fill(&n.addr(), &cfg, 200, "b", &acked, &mut versions);
+    // Written again, so decoded (fewer than 5 if a roll fell in the last few appends).
+    let decoded = n.metric_sum("corelog_streams_decoded");
+    assert!((1.0..=5.0).contains(&decoded), "{decoded}");
+    check_streams(&n.addr(), &cfg, &acked, &versions);
+    n.kill9();
+    n.start();
+    check_streams(&n.addr(), &cfg, &acked, &versions);
+    fill(&n.addr(), &cfg, 100, "c", &acked, &mut versions);
+    let recs = runtime().block_on(read_all(&n.addr(), &cfg, 0));
+    verify_acked(&acked, &[recs]);
+    check_streams(&n.addr(), &cfg, &acked, &versions);
+}
+
 /// A damaged or missing segment index is rebuilt by scanning its segment; a damaged
 /// checkpoint is passed over for a scan from the log's first segment. Nothing is lost,
 /// nothing differs.
