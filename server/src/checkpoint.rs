@@ -65,12 +65,17 @@ pub fn encode(offset: u64, streams: &Streams, producers: &[Saved], epochs: &[(u3
 }
 
 pub fn decode(b: &[u8]) -> Result<Checkpoint, String> {
-    let mut r = Reader(checked_body(b)?);
+    decode_owned(b.to_vec())
+}
+
+/// Decodes a checkpoint whose buffer its stream index keeps (`Streams::from_heads`).
+fn decode_owned(b: Vec<u8>) -> Result<Checkpoint, String> {
+    let mut r = Reader(checked_body(&b)?);
     if r.take(8)? != MAGIC {
         return Err("not a checkpoint (bad magic)".into());
     }
     let offset = r.u64()?;
-    let streams = Streams::decode_heads(&mut r, offset)?;
+    let heads = Streams::walk_heads(&mut r, offset, HEADS_AT)?;
     let producers = decode_producers(&mut r, offset)?;
     let n = r.u32()? as usize;
     let mut epochs = Vec::with_capacity(n.min(r.rest() / 12));
@@ -83,6 +88,7 @@ pub fn decode(b: &[u8]) -> Result<Checkpoint, String> {
     if r.rest() > 0 {
         return Err(format!("{} bytes after the last entry", r.rest()));
     }
+    let streams = Streams::from_heads(heads, b)?;
     Ok(Checkpoint { offset, streams, producers, epochs })
 }
 
@@ -121,7 +127,7 @@ pub fn list(dir: &Path) -> Result<Vec<(u64, PathBuf)>, String> {
 /// Reads and decodes a checkpoint file, checking it is the one its name says.
 pub fn read(path: &Path, offset: u64) -> Result<Checkpoint, String> {
     let b = std::fs::read(path).map_err(|e| format!("read {}: {e}", path.display()))?;
-    let c = decode(&b).map_err(|e| format!("{}: {e}", path.display()))?;
+    let c = decode_owned(b).map_err(|e| format!("{}: {e}", path.display()))?;
     if c.offset != offset {
         return Err(format!("{}: holds offset {}, named {offset}", path.display(), c.offset));
     }

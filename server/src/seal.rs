@@ -45,7 +45,7 @@ pub(crate) async fn roll(shard: &Rc<Shard>) -> io::Result<()> {
         }
         let blocking = move || {
             write(id, &dir, sealed, (runs, bytes), at, &ckpt)?;
-            Ok::<_, String>(rebase(&ckpt[checkpoint::HEADS_AT..]))
+            Ok::<_, String>(rebase(ckpt, checkpoint::HEADS_AT))
         };
         match glommio::executor().spawn_blocking(blocking).await {
             Ok(rebase) => {

@@ -148,6 +148,12 @@ impl Default for Instance {
     }
 }
 
+/// Where each stream head lies in a checkpoint's bytes (`Streams::walk_heads`).
+pub struct Heads {
+    pos: Vec<u32>,
+    active_from: u64,
+}
+
 /// A checkpoint's streams made ready off the executor for the index that wrote them
 /// (`Streams::prepare_rebase`, `Streams::rebase`).
 pub struct Rebase {
@@ -406,15 +412,15 @@ impl Streams {
         n
     }
 
-    /// What `rebase` needs, from the heads `encode_heads` wrote (at the front of the
-    /// bytes given) when this index's last segment started where it starts now: checks
-    /// and tables them. Borrows nothing of the index, so it runs off the executor.
-    pub fn prepare_rebase(&self) -> impl FnOnce(&[u8]) -> Result<Rebase, String> + Send + 'static {
+    /// What `rebase` needs, from the heads `encode_heads` wrote (at byte `from` of the
+    /// buffer given, which the base keeps) when this index's last segment started where
+    /// it starts now: checks and tables them. Borrows nothing of the index, so it runs
+    /// off the executor.
+    pub fn prepare_rebase(&self) -> impl FnOnce(Vec<u8>, usize) -> Result<Rebase, String> + Send + 'static {
         let (instance, at) = (self.instance, self.active_from);
-        move |heads| {
-            let mut r = Reader(heads);
-            let n = r.u64()?;
-            Ok(Rebase { instance, at, base: Base::decode(&mut r, n, at)? })
+        move |bytes, from| {
+            let heads = Streams::walk_heads(&mut Reader(&bytes[from..]), at, from)?;
+            Ok(Rebase { instance, at, base: Base::build(bytes, heads.pos)? })
         }
     }
 
@@ -440,13 +446,26 @@ impl Streams {
         true
     }
 
-    /// Takes what `encode_heads` wrote as the index of a shard whose last segment starts
-    /// at `active_from`: every entry checked, none decoded until the shard touches its
-    /// stream (`base.rs`).
-    pub fn decode_heads(r: &mut Reader<'_>, active_from: u64) -> Result<Streams, String> {
+    /// Checks what `encode_heads` wrote, at the front of `r`, for a shard whose last
+    /// segment starts at `active_from`, and takes it off; `origin`: where `r`'s front is
+    /// in the buffer `from_heads` will get. Decodes no entry.
+    pub fn walk_heads(r: &mut Reader<'_>, active_from: u64, origin: usize) -> Result<Heads, String> {
         let n = r.u64()?;
-        let base = Base::decode(r, n, active_from)?;
-        Ok(Streams { active_from, base, ..Streams::default() })
+        Ok(Heads { pos: Base::walk(r, n, active_from, origin + 8)?, active_from })
+    }
+
+    /// The index of those heads, kept in `bytes` (the buffer they were walked in) and read
+    /// in place until the shard touches a stream (`base.rs`).
+    pub fn from_heads(h: Heads, bytes: Vec<u8>) -> Result<Streams, String> {
+        Ok(Streams { active_from: h.active_from, base: Base::build(bytes, h.pos)?, ..Streams::default() })
+    }
+
+    /// `walk_heads` and `from_heads` on a copy of what was walked.
+    pub fn decode_heads(r: &mut Reader<'_>, active_from: u64) -> Result<Streams, String> {
+        let all = r.0;
+        let h = Streams::walk_heads(r, active_from, 0)?;
+        let used = all.len() - r.rest();
+        Streams::from_heads(h, all[..used].to_vec())
     }
 
     /// Each stream as it stood at the last segment's start, without byte positions
@@ -735,9 +754,9 @@ mod tests {
         let prep = s.prepare_rebase();
         let mut o = Streams::default();
         o.set_active_from(100);
-        let other = o.prepare_rebase()(&out).unwrap();
+        let other = o.prepare_rebase()(out.clone(), 0).unwrap();
         assert!(!s.rebase(other), "heads made for another index");
-        assert!(s.rebase(prep(&out).unwrap()));
+        assert!(s.rebase(prep(out.clone(), 0).unwrap()));
         assert_eq!(s.map.len(), 2, "only the streams with events since the roll stay decoded");
         assert_eq!((s.heads(), s.len()), (before, len));
         assert_eq!((s.current("s3"), s.current("s4"), s.current("new")), (Some(1), Some(0), Some(0)));
@@ -747,7 +766,7 @@ mod tests {
         let mut out = Vec::new();
         s.encode_heads(&mut out);
         s.seal(100, 200);
-        assert!(!s.rebase(prep(&out).unwrap()));
+        assert!(!s.rebase(prep(out.clone(), 0).unwrap()));
         assert_eq!(s.locate("s3").unwrap().runs, 2);
     }
 }

@@ -20,7 +20,8 @@ use crate::le::Reader;
 
 #[derive(Default)]
 pub(super) struct Base {
-    /// The entries as `Streams::encode_heads` wrote them, without the count.
+    /// The buffer holding the entries as `Streams::encode_heads` wrote them (the whole
+    /// checkpoint a start read: no copy of it is made).
     bytes: Vec<u8>,
     /// Entry `i` is `bytes[pos[i]..pos[i + 1]]`.
     pos: Vec<u32>,
@@ -37,38 +38,65 @@ pub(super) struct Base {
 }
 
 impl Base {
-    /// Takes `n` entries off the front of `r`, checking each as `decode_entry` does and
-    /// that no name comes twice.
-    pub(super) fn decode(r: &mut Reader<'_>, n: u64, active_from: u64) -> Result<Base, String> {
+    /// Checks the `n` entries at the front of `r` as `decode_entry` does (decoding none)
+    /// and takes them off: where each starts, counted from `origin` (the position of
+    /// `r`'s front in the buffer `build` gets), and where the last ends.
+    pub(super) fn walk(r: &mut Reader<'_>, n: u64, active_from: u64, origin: usize) -> Result<Vec<u32>, String> {
         let all = r.0;
         let n = usize::try_from(n).ok().filter(|&n| n <= all.len() / 15).ok_or("more streams than bytes")?;
+        if u32::try_from(origin + all.len()).is_err() {
+            return Err(format!("{} bytes of stream heads, more than a shard holds", all.len()));
+        }
         let mut pos = Vec::with_capacity(n + 1);
-        let mut walk = Reader(all);
         for _ in 0..n {
-            pos.push((all.len() - walk.rest()) as u32);
-            decode_entry(&mut walk, active_from, false)?;
+            pos.push((origin + all.len() - r.rest()) as u32);
+            decode_entry(r, active_from, false)?;
         }
-        let len = all.len() - walk.rest();
-        if u32::try_from(len).is_err() {
-            return Err(format!("{len} bytes of stream heads, more than a shard holds"));
-        }
-        pos.push(len as u32);
-        r.take(len)?;
+        pos.push((origin + all.len() - r.rest()) as u32);
+        Ok(pos)
+    }
+
+    /// The table over the entries `walk` found, in `bytes` (kept as they are: the buffer
+    /// the checkpoint was read into). Refuses a name that comes twice.
+    pub(super) fn build(bytes: Vec<u8>, pos: Vec<u32>) -> Result<Base, String> {
+        let n = pos.len() - 1;
+        assert!(pos.last().is_some_and(|&e| e as usize <= bytes.len()));
         let mut b = Base {
-            bytes: all[..len].to_vec(),
+            bytes,
             pos,
             slots: vec![0; (2 * n).next_power_of_two().max(2)],
             shadowed: vec![0; n.div_ceil(64)],
             n_shadowed: 0,
             hasher: RandomState::new(),
         };
-        for i in 0..n {
-            let (mut s, tag) = b.probe(b.name_bytes(i));
+        // Inserted in the order of their first slot (a counting sort on its top bits), so
+        // the table is written front to back, not at random: each insert finds its slot
+        // in cache, where a random one waited on memory for most of a start's time.
+        let mask = b.slots.len() - 1;
+        let shift = mask.count_ones().saturating_sub(12);
+        let bucket = |h: u64| (h as usize & mask) >> shift;
+        let hashes: Vec<u64> = (0..n).map(|i| b.hasher.hash_one(b.name_bytes(i))).collect();
+        let mut next = vec![0usize; (mask >> shift) + 2];
+        for &h in &hashes {
+            next[bucket(h) + 1] += 1;
+        }
+        for k in 1..next.len() {
+            next[k] += next[k - 1];
+        }
+        let mut order = vec![(0u64, 0u32); n];
+        for (i, &h) in hashes.iter().enumerate() {
+            order[next[bucket(h)]] = (h, i as u32);
+            next[bucket(h)] += 1;
+        }
+        drop(hashes);
+        for (h, i) in order {
+            let (tag, i) = (h >> 32, i as usize);
+            let mut s = h as usize & mask;
             while b.slots[s] != 0 {
                 if b.slots[s] >> 32 == tag && b.name_bytes(b.slot_entry(s)) == b.name_bytes(i) {
                     return Err(format!("stream {:?} twice", b.name(i)));
                 }
-                s = (s + 1) & (b.slots.len() - 1);
+                s = (s + 1) & mask;
             }
             b.slots[s] = tag << 32 | (i as u64 + 1);
         }
@@ -158,6 +186,7 @@ impl Base {
     pub(super) fn copy_live(&self, out: &mut Vec<u8>) -> u64 {
         let n = self.pos.len().saturating_sub(1);
         let mut i = 0;
+        // (Entries are back to back: a run of them is one slice.)
         while i < n {
             if self.is_shadowed(i) {
                 i += 1;
