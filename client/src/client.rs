@@ -316,6 +316,54 @@ impl ClientConfig {
 pub(crate) trait Stream: AsyncRead + AsyncWrite + Unpin + Send {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send> Stream for T {}
 
+/// A connection after its `Hello`: the reader and writer halves and the server's `HelloOk`
+/// (`version`: the protocol version it was opened with).
+pub(crate) struct Greeted {
+    pub reader: FrameReader<tokio::io::ReadHalf<Box<dyn Stream>>>,
+    pub writer: tokio::io::WriteHalf<Box<dyn Stream>>,
+    pub info: ServerInfo,
+    pub version: u16,
+}
+
+/// Opens a connection and says `Hello`, then `then` in the same write (its answer is left
+/// to the caller): with this build's protocol version, and once more on a new connection
+/// with [`codec::FALLBACK_VERSION`] when the server refuses that with `BadVersion` — a
+/// server older than this client, as half-way through a rolling upgrade
+/// (docs/operations.md §15).
+pub(crate) async fn greet(addr: &str, cfg: &ClientConfig, then: Option<&Request<'_>>) -> Result<Greeted, Error> {
+    match greet_with(addr, cfg, then, PROTOCOL_VERSION).await {
+        Err(Error::Server { code, .. }) if code == ErrorCode::BadVersion as u16 => {
+            greet_with(addr, cfg, then, codec::FALLBACK_VERSION).await
+        }
+        r => r,
+    }
+}
+
+async fn greet_with(
+    addr: &str,
+    cfg: &ClientConfig,
+    then: Option<&Request<'_>>,
+    version: u16,
+) -> Result<Greeted, Error> {
+    let stream = open(addr, cfg).await?;
+    let (r, mut writer) = tokio::io::split(stream);
+    let mut reader = FrameReader::new(r);
+    let mut out = Vec::new();
+    Request::Hello { version }.encode(0, &mut out);
+    if let Some(req) = then {
+        req.encode(1, &mut out);
+    }
+    writer.write_all(&out).await?;
+    let reply = reader.next().await?.ok_or(Error::Closed)?;
+    let info = match reply.response()? {
+        Response::HelloOk { shard, shard_count, role, epoch, leadership, .. } => {
+            ServerInfo { shard, shard_count, role, epoch, leadership }
+        }
+        _ => return Err(Error::Protocol("expected HelloOk".into())),
+    };
+    Ok(Greeted { reader, writer, info, version })
+}
+
 pub(crate) async fn open(addr: &str, cfg: &ClientConfig) -> Result<Box<dyn Stream>, Error> {
     check_addr(addr)?;
     let tcp = tokio::time::timeout(cfg.connect_timeout, TcpStream::connect(addr))
@@ -583,19 +631,7 @@ impl Conn {
     }
 
     async fn open_now(addr: &str, cfg: &ClientConfig, seen: Arc<std::sync::Mutex<Seen>>) -> Result<Conn, Error> {
-        let stream = open(addr, cfg).await?;
-        let (r, mut w) = tokio::io::split(stream);
-        let mut reader = FrameReader::new(r);
-        let mut hello = Vec::new();
-        Request::Hello { version: PROTOCOL_VERSION }.encode(0, &mut hello);
-        w.write_all(&hello).await?;
-        let reply = reader.next().await?.ok_or(Error::Closed)?;
-        let info = match reply.response()? {
-            Response::HelloOk { shard, shard_count, role, epoch, leadership, .. } => {
-                ServerInfo { shard, shard_count, role, epoch, leadership }
-            }
-            _ => return Err(Error::Protocol("expected HelloOk".into())),
-        };
+        let Greeted { mut reader, writer: mut w, info, version } = greet(addr, cfg, None).await?;
         seen.lock().unwrap().learn(info.leadership);
         let waiting: Arc<std::sync::Mutex<Waiting>> = Default::default();
         let (tx, mut rx) = mpsc::channel::<Cmd>(MAX_QUEUED_REQUESTS);
@@ -637,9 +673,13 @@ impl Conn {
             // which ends the reader task too.
             let _ = w.shutdown().await;
         });
-        let limits = {
+        // A server older than version 3 tells nothing of leases and would refuse the
+        // probe's version: no watchdog on its connections (as before version 3).
+        let limits = if version >= codec::LEADERSHIP_VERSION {
             let s = seen.lock().unwrap();
             s.probe_after().zip(s.silent_limit())
+        } else {
+            None
         };
         // Any role: a follower answers at once, so one that goes silent is gone too (a
         // restarting process's connections can outlive it for a while, unanswered).
@@ -1141,16 +1181,8 @@ impl Tail {
     }
 
     async fn start_at(direct: &str, cfg: &ClientConfig, shard: u16, from: u64) -> Result<Tail, Error> {
-        let stream = open(direct, cfg).await?;
-        let (r, mut w) = tokio::io::split(stream);
-        let mut reader = FrameReader::new(r);
-        let mut out = Vec::new();
-        Request::Hello { version: PROTOCOL_VERSION }.encode(0, &mut out);
-        Request::Tail { shard, from }.encode(1, &mut out);
-        w.write_all(&out).await?;
-        let hello = reader.next().await?.ok_or(Error::Closed)?;
-        hello.response()?;
-        Ok(Tail { reader, _writer: w, pending: VecDeque::new(), fetched: from, next_offset: from })
+        let g = greet(direct, cfg, Some(&Request::Tail { shard, from })).await?;
+        Ok(Tail { reader: g.reader, _writer: g.writer, pending: VecDeque::new(), fetched: from, next_offset: from })
     }
 
     /// The offset after the last record [`Tail::next`] handed out (`from` before the

@@ -22,6 +22,11 @@ pub use crate::record::{ProducerSeq, MAX_STREAM_NAME};
 pub const PROTOCOL_VERSION: u16 = 3;
 /// First protocol version whose `HelloOk` and refusals carry leadership (see above).
 pub const LEADERSHIP_VERSION: u16 = 3;
+/// The version a client opens with when a server refuses [`PROTOCOL_VERSION`] with
+/// `BadVersion` (a server older than the client, as during a rolling upgrade): the oldest
+/// with every request the client sends. Without version 3 a connection learns nothing of
+/// leases and its refusals carry no hint (docs/operations.md §15).
+pub const FALLBACK_VERSION: u16 = 2;
 /// Oldest client protocol version a server still speaks.
 pub const MIN_PROTOCOL_VERSION: u16 = 1;
 /// Replication protocol version carried in `Repl::Hello`. 2: the follower answers

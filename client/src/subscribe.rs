@@ -24,11 +24,10 @@
 
 use std::collections::HashMap;
 
-use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 
-use crate::client::{open, shard_addr, split_addrs, to_records, Client, ClientConfig, Error, FrameReader, Record};
-use crate::codec::{self, Request, Response, Role, PROTOCOL_VERSION};
+use crate::client::{greet, shard_addr, split_addrs, to_records, Client, ClientConfig, Error, Record};
+use crate::codec::{self, Request, Response, Role};
 
 /// Events buffered between the connections' readers and `next`.
 const QUEUE: usize = 4096;
@@ -145,8 +144,9 @@ async fn feed(
     let mut errs = Vec::new();
     for a in split_addrs(addr) {
         let direct = shard_addr(&a, shard)?;
-        let stream = match tokio::time::timeout(cfg.connect_timeout, open(&direct, cfg)).await {
-            Ok(Ok(s)) => s,
+        let g = match tokio::time::timeout(cfg.connect_timeout, greet(&direct, cfg, Some(&req))).await {
+            Ok(Ok(g)) => g,
+            Ok(Err(e @ (Error::Server { .. } | Error::Codec(_) | Error::Protocol(_)))) => return Err(e),
             Ok(Err(e)) => {
                 errs.push(format!("{direct}: {e}"));
                 continue;
@@ -156,21 +156,11 @@ async fn feed(
                 continue;
             }
         };
-        let (r, mut w) = tokio::io::split(stream);
-        let mut reader = FrameReader::new(r);
-        let mut out = Vec::new();
-        Request::Hello { version: PROTOCOL_VERSION }.encode(0, &mut out);
-        req.encode(1, &mut out);
-        w.write_all(&out).await?;
-        let hello = reader.next().await?.ok_or(Error::Closed)?;
-        match hello.response()? {
-            Response::HelloOk { role: Role::Leader, .. } => {}
-            Response::HelloOk { role, .. } => {
-                errs.push(format!("{direct}: {} (subscriptions are served by the leader)", role.name()));
-                continue;
-            }
-            _ => return Err(Error::Protocol("expected HelloOk".into())),
+        if g.info.role != Role::Leader {
+            errs.push(format!("{direct}: {} (subscriptions are served by the leader)", g.info.role.name()));
+            continue;
         }
+        let (mut reader, w) = (g.reader, g.writer);
         return Ok(tokio::spawn(async move {
             let _writer = w; // closing it would end the subscription
             loop {

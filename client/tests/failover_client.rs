@@ -29,6 +29,9 @@ enum Behaviour {
     Hold(usize),
     /// Refuse every append with this code, message and hint (protocol version 3).
     Hint(ErrorCode, String, Hint),
+    /// A server older than protocol version 3: refuses a newer `Hello` with `BadVersion`
+    /// and closes; stores appends, each answered after this many milliseconds.
+    Old(u64),
 }
 
 /// What a fake's `HelloOk` says: role, epoch, leadership (version 3).
@@ -74,6 +77,12 @@ async fn fake_node(b: Behaviour, hello: Hello) -> (String, Arc<AtomicUsize>, Arc
                         match Request::parse(&f).unwrap() {
                             Request::Hello { .. } if matches!(b, Behaviour::Silent) => {}
                             Request::Hello { .. } if matches!(b, Behaviour::Frozen) && hellos > 0 => {}
+                            Request::Hello { version } if matches!(b, Behaviour::Old(_)) && version > 2 => {
+                                let msg = format!("protocol version {version} unsupported; this server speaks 1 to 2");
+                                codec::encode_error(f.req_id, ErrorCode::BadVersion as u16, &msg, &mut out);
+                                let _ = s.write_all(&out).await;
+                                return;
+                            }
                             Request::Hello { version } => {
                                 hellos += 1;
                                 let Hello(role, epoch, leadership) = hello;
@@ -98,6 +107,10 @@ async fn fake_node(b: Behaviour, hello: Hello) -> (String, Arc<AtomicUsize>, Arc
                                     Behaviour::Frozen => {}
                                     Behaviour::Hold(_) => held.push((f.req_id, n as u64)),
                                     Behaviour::Accept => codec::encode_appended(f.req_id, 0, n as u64, &mut out),
+                                    Behaviour::Old(ms) => {
+                                        tokio::time::sleep(Duration::from_millis(*ms)).await;
+                                        codec::encode_appended(f.req_id, 0, n as u64, &mut out)
+                                    }
                                 }
                             }
                             _ => return,
@@ -360,4 +373,32 @@ fn every_error_code_is_classified() {
     assert_eq!(Error::Protocol("x".into()).outcome(), Outcome::Unknown);
     assert_eq!(Error::NotSent.outcome(), Outcome::NotWritten);
     assert_eq!(Error::Unreachable("x".into()).outcome(), Outcome::NotWritten);
+}
+
+/// Half-way through a rolling upgrade a client newer than a node: it opens with protocol
+/// version 3, is refused with `BadVersion`, and opens again with version 2.
+#[tokio::test]
+async fn a_server_older_than_the_client_is_spoken_to_in_version_2() {
+    let (old, appends, conns) = fake_node(Behaviour::Old(0), OLD_LEADER).await;
+    let c = Client::connect(&old, &cfg()).await.unwrap();
+    for want in 0..3 {
+        assert_eq!(c.append(b"x").await.unwrap().offset, want);
+    }
+    assert_eq!((appends.load(Ordering::SeqCst), conns.load(Ordering::SeqCst)), (3, 2), "one refused, one used");
+}
+
+/// A lease learned from a version-3 node is not applied to a version-2 connection: its
+/// node tells nothing of leases and would refuse a version-3 probe, so a slow answer
+/// there is waited for (as before version 3), not given up after the lease.
+#[tokio::test]
+async fn no_probe_on_a_version_2_connection_after_a_lease_was_learned() {
+    let (old, appends, _) = fake_node(Behaviour::Old(700), OLD_LEADER).await;
+    let (new, _, _) = fake_node(
+        Behaviour::Refuse(ErrorCode::NotLeader, old.clone()),
+        Hello(Role::Follower, 1, Some(Leadership { lease_ms: 200, epoch: 1, state: LeaderState::Live })),
+    )
+    .await;
+    let c = Client::connect(&format!("{new},{old}"), &cfg()).await.unwrap();
+    assert_eq!(c.append(b"x").await.unwrap().offset, 0);
+    assert_eq!(appends.load(Ordering::SeqCst), 1, "sent once, answered after 700 ms");
 }
