@@ -18,9 +18,12 @@ use crate::wal::segidx;
 
 /// Rolls the log to a new segment and starts writing the sealed one's index and the
 /// checkpoint at the new segment (call between batches, before the write that needs it).
+/// `shorten`: once its index file is written, the sealed segment's file is cut to its
+/// written end (a roll before it is full, at a clean stop: its preallocated rest would
+/// stay allocated for as long as the segment lives).
 /// The sealed segment's stream runs leave the stream index for its index file; reads are
 /// served from memory until the file is written.
-pub(crate) async fn roll(shard: &Rc<Shard>) -> io::Result<()> {
+pub(crate) async fn roll(shard: &Rc<Shard>, shorten: bool) -> io::Result<()> {
     let sealed = shard.log.roll().await?;
     let at = shard.log.next_offset();
     let seg = match &sealed {
@@ -44,7 +47,7 @@ pub(crate) async fn roll(shard: &Rc<Shard>) -> io::Result<()> {
             p.await;
         }
         let blocking = move || {
-            write(id, &dir, sealed, (runs, bytes), at, &ckpt)?;
+            write(id, &dir, sealed, (runs, bytes), at, &ckpt, shorten)?;
             Ok::<_, String>(rebase(ckpt, checkpoint::HEADS_AT))
         };
         match glommio::executor().spawn_blocking(blocking).await {
@@ -79,6 +82,7 @@ fn write(
     runs: (u32, Vec<u8>),
     at: u64,
     ckpt: &[u8],
+    shorten: bool,
 ) -> Result<(), String> {
     let mut ix = match sealed {
         Sealed::Indexed(ix) => ix,
@@ -90,6 +94,17 @@ fn write(
     (ix.runs, ix.run_bytes) = runs;
     (ix.runs_len, ix.runs_crc) = (ix.run_bytes.len() as u32, crc32fast::hash(&ix.run_bytes));
     segidx::write(dir, &ix)?;
+    if shorten {
+        // Nothing reads past the last batch of a sealed segment (its index says where it
+        // ends; a scan stops at the end of the data).
+        let path = dir.join(crate::wal::recovery::segment_name(ix.first_offset));
+        let cut = || -> std::io::Result<()> {
+            let f = std::fs::OpenOptions::new().write(true).open(&path)?;
+            f.set_len(ix.end_pos)?;
+            f.sync_all()
+        };
+        cut().map_err(|e| format!("cut {} to {} bytes: {e}", path.display(), ix.end_pos))?;
+    }
     checkpoint::write(dir, at, ckpt)?;
     checkpoint::remove(dir, |o| o < at)?;
     Ok(())

@@ -241,6 +241,8 @@ pub struct Shard {
     peer_durable: Cell<u64>,
     /// Draining (graceful shutdown): every append was answered; client connections close.
     closing: Cell<bool>,
+    /// The seal of a graceful shutdown has begun (`seal_at_stop`).
+    sealing_at_stop: Cell<bool>,
     closing_ev: Event,
     /// Client connections open on this shard's executor.
     open_conns: Cell<usize>,
@@ -297,6 +299,7 @@ impl Shard {
             dups: Default::default(),
             peer_durable: Cell::new(0),
             closing: Cell::new(false),
+            sealing_at_stop: Cell::new(false),
             closing_ev: Event::default(),
             open_conns: Cell::new(0),
             trimming: Cell::new(false),
@@ -781,7 +784,7 @@ impl Shard {
                 return;
             }
             if self.log.must_roll(records.len()) {
-                if let Err(e) = crate::seal::roll(&self).await {
+                if let Err(e) = crate::seal::roll(&self, false).await {
                     crate::fatal(&format!(
                         "shard {}: starting a new segment for the batch at offset {} failed: {e}; stopping without acknowledging it",
                         self.id(),
@@ -984,7 +987,42 @@ impl Shard {
             self.sync_control();
             self.expire(Instant::now());
             self.drain_step();
+            let ctl = &self.cfg.ctl;
+            if ctl.draining() && ctl.stopping() && !self.sealing_at_stop.replace(true) {
+                glommio::spawn_local(self.clone().seal_at_stop()).detach();
+            }
         }
+    }
+
+    /// Graceful shutdown, once the commit loop has stopped and its last write finished:
+    /// seals the last segment (`seal::roll`: its index file, then a checkpoint at the next
+    /// offset), so that the next start finds its checkpoint at the log's end and reads no
+    /// tail. The sealed segment is cut to its written end: a restart does not leave a
+    /// segment's preallocated space behind. Says so in the shard's slot; the shutdown thread waits for every shard's.
+    async fn seal_at_stop(self: Rc<Self>) {
+        let slot = &self.cfg.ctl.slots[self.cfg.slot];
+        while slot.writing.load(Ordering::SeqCst) {
+            glommio::timer::sleep(Duration::from_millis(1)).await;
+        }
+        if self.log.last_segment_written() {
+            let t = Instant::now();
+            match crate::seal::roll(&self, true).await {
+                Ok(()) => {
+                    let task = self.sealing.borrow_mut().take();
+                    if let Some(task) = task {
+                        task.await;
+                    }
+                    log::info!(
+                        "shard {}: sealed the last segment at offset {} for the next start ({} ms)",
+                        self.id(),
+                        self.log.next_offset(),
+                        t.elapsed().as_millis()
+                    );
+                }
+                Err(e) => log::warn!("shard {}: sealing the last segment: {e} (the next start scans it)", self.id()),
+            }
+        }
+        slot.sealed_at_stop.store(true, Ordering::SeqCst);
     }
 
     /// Graceful shutdown, on this shard: once every append taken has its answer, client

@@ -5,9 +5,11 @@
 //!    written, replicated and answered (or fails as it would, e.g. `ReplicationTimeout`).
 //! 2. Once a shard has answered everything it took, its client connections send what
 //!    they hold and close their TLS sessions; the shard reports itself drained.
-//! 3. When every shard is drained the commit loops stop before their next write, the
-//!    write in flight (if any) finishes its fdatasync, and the process exits 0: the next
-//!    start finds no torn tail.
+//! 3. When every shard is drained the commit loops stop before their next write and the
+//!    write in flight (if any) finishes its fdatasync.
+//! 4. Each shard seals its last segment (its index file, a checkpoint at the next offset:
+//!    `Shard::seal_at_stop`), and the process exits 0: the next start finds no torn tail
+//!    and reads no tail at all, whatever the log's length.
 //!
 //! A second signal, or `--shutdown-timeout-ms` passing first, exits at once with status
 //! 1 — as safe as kill -9 (nothing acknowledged is lost), only less tidy.
@@ -20,6 +22,9 @@ use crate::coord::cell::ControlCell;
 
 /// How long the last write may take to finish once the commit loops stop.
 const LAST_WRITE: Duration = Duration::from_secs(5);
+/// How long sealing the last segments may take after that (an index file and a
+/// checkpoint per shard: tens of MB with a million streams).
+const SEAL: Duration = Duration::from_secs(10);
 
 fn set() -> libc::sigset_t {
     // SAFETY: sigemptyset/sigaddset initialise the set we own.
@@ -101,6 +106,21 @@ fn run(ctl: &ControlCell, sig: i32, deadline: Duration) -> ! {
         }
         std::thread::sleep(Duration::from_millis(1));
     }
-    log::info!("shut down cleanly: every append taken was answered, no write in flight");
+    // Each shard now seals its last segment (`Shard::seal_at_stop`): an index file and a
+    // checkpoint, so that the next start reads no tail.
+    let sealed = Instant::now() + SEAL;
+    while !ctl.slots.iter().all(|s| s.sealed_at_stop.load(Ordering::SeqCst)) {
+        if Instant::now() >= sealed {
+            log::warn!(
+                "shutdown: the last segments not sealed within {SEAL:?}; exiting now (the next start scans them)"
+            );
+            std::process::exit(1);
+        }
+        if let Some(s) = next_signal(Duration::from_millis(1)) {
+            log::warn!("shutdown: second signal ({}); exiting now (the next start scans the last segments)", name(s));
+            std::process::exit(1);
+        }
+    }
+    log::info!("shut down cleanly: every append taken was answered, no write in flight, the last segments sealed");
     std::process::exit(0)
 }

@@ -320,3 +320,61 @@ fn a_cut_across_sealed_segments_leaves_no_index_or_checkpoint_of_what_was_cut() 
     verify_acked(&acked, &[runtime().block_on(read_all(&b_again.addr(), &cfg, 0))]);
     check_streams(&b_again.addr(), &cfg, &acked, &versions);
 }
+
+/// A cut into a segment a clean stop sealed and cut to its data: the rejoining node's
+/// log is cut back inside it and grows again past its shortened end (the writer extends
+/// the file, then rolls); both logs end identical and every acknowledged append reads back.
+#[test]
+fn a_cut_into_a_segment_sealed_at_a_clean_stop_grows_it_again() {
+    let dir = TempDir::new("ckpt-cut-short");
+    let fast = ["--ack-timeout-ms", "300", "--shard-count", "1"];
+    let (pa, pb) = (ports(), ports());
+    let (da, db) = (dir.path().join("a"), dir.path().join("b"));
+    let leader = |d: &Path| Node::args(Mode::Leader { follower_repl: pb.repl }, d, pa, None, "", &fast);
+    let follower = |d: &Path| Node::args(Mode::Follower { leader_client: pa.client }, d, pb, None, "", &fast);
+    let mut a = Node::new("a", da.clone(), pa, leader(&da));
+    let mut b = Node::new("b", db.clone(), pb, follower(&db));
+    b.start();
+    a.start();
+    let cfg = client_config(None);
+    let acked = Acked::default();
+    let mut versions = [None; 5];
+    fill(&a.addr(), &cfg, 500, "common", &acked, &mut versions);
+    let p = Pair { leader: a, follower: b };
+    wait_caught_up(&p, Duration::from_secs(20));
+    let Pair { leader: mut a, follower: mut b } = p;
+    a.kill9();
+    b.kill9();
+    // B alone writes 300 appends A never sees, in its first segment, then stops cleanly:
+    // that segment is sealed and cut to its data.
+    promote(&db, None);
+    let mut b_alone = Node::new("b-alone", db.clone(), pb, Node::args(Mode::Standalone, &db, pb, None, "", &fast));
+    b_alone.start();
+    let mut lost_versions = versions;
+    fill(&b_alone.addr(), &cfg, 300, "b-only", &Acked::default(), &mut lost_versions);
+    signal(&b_alone, libc::SIGTERM);
+    assert_eq!(b_alone.wait_exit(Duration::from_secs(20)), Some(0), "{}", b_alone.log_text());
+    let first = db.join("shard-0").join("00000000000000000000.log");
+    let short = std::fs::metadata(&first).unwrap().len();
+    assert!(short < 4 << 20, "the segment sealed at the stop holds {short} bytes");
+    // A leads above every epoch used; B rejoins as its follower and is cut back to 500.
+    promote(&da, Some("4"));
+    let mut a_lead = Node::new("a-lead", da.clone(), pa, leader(&da));
+    let mut b_follow = Node::new("b-follow", db.clone(), pb, follower(&db));
+    b_follow.start();
+    a_lead.start();
+    fill(&a_lead.addr(), &cfg, 3_000, "after", &acked, &mut versions);
+    let p = Pair { leader: a_lead, follower: b_follow };
+    wait_caught_up(&p, Duration::from_secs(30));
+    let Pair { leader: mut a_lead, follower: mut b_follow } = p;
+    assert!(b_follow.log_text().contains("dropped records"), "{}", b_follow.log_text());
+    b_follow.kill9();
+    a_lead.kill9();
+    assert!(std::fs::metadata(&first).unwrap().len() > short, "the cut segment grew again");
+    let s = assert_same_logs(&da, &db);
+    assert_eq!(s[0].0, 3_500, "{s:?}");
+    let mut b_again = Node::new("b-again", db.clone(), pb, Node::args(Mode::Standalone, &db, pb, None, "", &fast));
+    b_again.start();
+    verify_acked(&acked, &[runtime().block_on(read_all(&b_again.addr(), &cfg, 0))]);
+    check_streams(&b_again.addr(), &cfg, &acked, &versions);
+}

@@ -3,7 +3,8 @@
 //! - SIGTERM to the leader of a pair under load: it stops taking appends (`ShuttingDown`),
 //!   answers what it took, closes its connections and exits 0 within the deadline; then
 //!   SIGINT to the follower, exit 0; neither log has a torn tail (`corelog inspect` exit
-//!   0); after a restart every acknowledged append reads back with its payload from both.
+//!   0); each sealed its last segment, so the restart scans no tail; after it every
+//!   acknowledged append reads back with its payload from both.
 //! - with the follower frozen (SIGSTOP) the leader cannot answer what it took: a second
 //!   signal exits at once with status 1, as does the deadline (`--shutdown-timeout-ms`).
 
@@ -39,9 +40,35 @@ fn sigterm_under_load_answers_what_was_taken_and_exits_0() {
     for d in [&p.leader.data, &p.follower.data] {
         let (code, out) = inspect(d);
         assert_eq!(code, 0, "a torn tail or worse after a graceful shutdown:\n{out}");
+        // A shard that holds records sealed its last segment at the stop, cut to its data
+        // (4 MiB segments here; the load wrote far less than that since the last full one).
+        let mut sealed = 0;
+        for s in 0..2 {
+            let mut logs: Vec<_> = std::fs::read_dir(d.join(format!("shard-{s}")))
+                .unwrap()
+                .map(|e| e.unwrap().path())
+                .filter(|p| p.extension().is_some_and(|x| x == "log"))
+                .collect();
+            logs.sort();
+            let Some(last_sealed) = logs.len().checked_sub(2).map(|i| &logs[i]) else { continue };
+            let len = std::fs::metadata(last_sealed).unwrap().len();
+            assert!(len > 0 && len < 4 << 20 && len % 4096 == 0, "{}: {len} bytes", last_sealed.display());
+            assert!(last_sealed.with_extension("idx").exists(), "{} has no index file", last_sealed.display());
+            sealed += 1;
+        }
+        assert!(sealed > 0, "no shard of {} sealed a segment", d.display());
     }
     p.follower.start();
     p.leader.start();
+    // Each shard sealed its last segment at the stop: the start reads no tail.
+    for node in [&p.leader, &p.follower] {
+        let log = node.log_text();
+        assert!(log.contains("sealed the last segment at offset"), "{log}");
+        let last = log.rsplit("---- start #").next().unwrap();
+        let starts: Vec<_> = last.lines().filter(|l| l.contains(": recovered ")).collect();
+        assert_eq!(starts.len(), 2, "{last}");
+        assert!(starts.iter().all(|l| l.contains("segment(s) scanned (0 bytes)")), "{starts:#?}");
+    }
     wait_caught_up(&p, Duration::from_secs(30));
     let n = acked.lock().unwrap().len();
     for node in [&p.leader, &p.follower] {

@@ -61,6 +61,10 @@ pub struct ShardSlot {
     pub links_lost: AtomicU64,
     /// Draining: every append taken was answered and every client connection closed.
     pub drained: AtomicBool,
+    /// Graceful shutdown, after the last write: the last segment is sealed (its index
+    /// file and a checkpoint at the next offset written), or had nothing to seal, or
+    /// sealing it failed (logged): the shutdown thread may exit.
+    pub sealed_at_stop: AtomicBool,
 }
 
 impl ControlCell {

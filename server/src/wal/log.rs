@@ -353,6 +353,11 @@ impl Log {
         Ok(())
     }
 
+    /// Whether the last segment holds a batch (a roll would seal something).
+    pub fn last_segment_written(&self) -> bool {
+        self.write_pos.get() > 0
+    }
+
     /// The first offset of the last segment (the one being written).
     pub fn last_segment_first(&self) -> u64 {
         self.segments.borrow().last().map(|s| s.first_offset).unwrap_or(0)
