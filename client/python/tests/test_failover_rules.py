@@ -22,8 +22,9 @@ LEASE_MS = 200
 class Fake:
     """A fake node: `mode` is "accept", "frozen" (answers its first Hello, then nothing),
     "hold:N" (answers Hellos at once, the appends after the N-th probe), "drop" (closes
-    the connection on reading an append) or "refuse" (every append answered with
-    `refusal`)."""
+    the connection on reading an append), "refuse" (every append answered with
+    `refusal`) or "old:S" (a server older than protocol version 3: refuses a newer Hello
+    with BadVersion and closes; answers each append after S seconds)."""
 
     def __init__(self, mode: str, role: Role, epoch: int, leadership: Optional[Leadership],
                  refusal: Optional[Tuple[int, str, Hint]] = None) -> None:
@@ -58,6 +59,12 @@ class Fake:
                     if isinstance(req, codec.Hello):
                         if self.mode == "frozen" and hellos > 0:
                             continue
+                        if self.mode.startswith("old:") and req.version > 2:
+                            msg = f"protocol version {req.version} unsupported; this server speaks 1 to 2"
+                            w.write(codec.ErrorResponse(ErrorCode.BAD_VERSION, msg, None).encode(f.req_id))
+                            await w.drain()
+                            w.close()
+                            return
                         hellos += 1
                         w.write(codec.HelloOk(req.version, 0, 1, self.role, self.epoch, self.leadership).encode(f.req_id))
                         if self.mode.startswith("hold:") and hellos > int(self.mode[5:]):
@@ -74,6 +81,10 @@ class Fake:
                             continue
                         if self.mode.startswith("hold:"):
                             held.append(f.req_id)
+                        elif self.mode.startswith("old:"):
+                            await asyncio.sleep(float(self.mode[4:]))
+                            w.write(codec.Appended(0, offset).encode(f.req_id))
+                            offset += 1
                         elif self.mode == "refuse":
                             assert self.refusal is not None
                             code, msg, h = self.refusal
@@ -172,4 +183,28 @@ def test_an_attempt_lost_on_a_followers_connection_was_not_written_and_moves_on(
             await c.append(b"x")
         assert (f.appends, new.appends) == (1, 1)
         f.close(); new.close()
+    run(go())
+
+
+def test_a_server_older_than_the_client_is_spoken_to_in_version_2() -> None:
+    async def go() -> None:
+        old = await Fake("old:0", Role.LEADER, 1, None).start()
+        async with corelog.aio.Client(old.addr, **cfg()) as c:
+            for want in range(3):
+                assert (await c.append(b"x")).offset == want
+        assert (old.appends, old.conns) == (3, 2), "one refused, one used"
+        old.close()
+    run(go())
+
+
+def test_no_probe_on_a_version_2_connection_after_a_lease_was_learned() -> None:
+    async def go() -> None:
+        old = await Fake("old:0.7", Role.LEADER, 1, None).start()
+        new = await Fake("refuse", Role.FOLLOWER, 1, leader(1),
+                         (ErrorCode.NOT_LEADER, old.addr, Hint(1, LeaderState.LIVE, 0))).start()
+        async with corelog.aio.Client(f"{new.addr},{old.addr}", **cfg()) as c:
+            assert (await c.append(b"x")).offset == 0
+        assert old.appends == 1, "sent once, answered after 0.7 s"
+        old.close()
+        new.close()
     run(go())

@@ -14,8 +14,8 @@ from typing import Any, Awaitable, Dict, List, Optional, Tuple, TypeVar, Union
 from . import codec
 from .codec import ErrorCode, Frame, FrameDecoder, Hello, HelloOk, Record
 from .errors import (
-    Abandoned, ConfigError, ConnectionClosed, CorelogError, InvalidArgument, NotSent, ProtocolError, RequestTimeout,
-    error_for_code,
+    Abandoned, BadVersion, ConfigError, ConnectionClosed, CorelogError, InvalidArgument, NotSent, ProtocolError,
+    RequestTimeout, error_for_code,
 )
 from .types import ClientConfig, ServerInfo
 from ._leadership import Seen
@@ -105,6 +105,23 @@ async def _hello(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, fir
         _close_writer(writer)
         raise
     return r, dec
+
+
+async def _greet(addr: str, cfg: ClientConfig, then: bytes = b"",
+                 version: int = codec.PROTOCOL_VERSION) -> Tuple[asyncio.StreamReader, asyncio.StreamWriter, HelloOk, FrameDecoder]:
+    """Opens a connection and says ``Hello`` (then ``then``, in the same write): with
+    ``version``, and, when that is this client's newest and the server refuses it with
+    ``BadVersion`` (a server older than this client, as half-way through a rolling
+    upgrade: docs/operations.md §15), once more on a new connection with
+    ``codec.FALLBACK_VERSION``. A version the caller chose is not replaced."""
+    reader, writer = await _open_stream(addr, cfg)
+    try:
+        r, dec = await _hello(reader, writer, Hello(version).encode(0) + then)
+    except BadVersion:
+        if version != codec.PROTOCOL_VERSION:
+            raise
+        return await _greet(addr, cfg, then, codec.FALLBACK_VERSION)
+    return reader, writer, r, dec
 
 
 def _close_writer(writer: asyncio.StreamWriter) -> None:
@@ -200,8 +217,10 @@ class Connection:
         self._watch: "Optional[asyncio.Future[None]]" = None
         if seen is not None:
             seen.learn(info.leadership)
-            # Any role: a follower answers at once, so one that goes silent is gone too.
-            if seen.probe_after() is not None:
+            # Any role: a follower answers at once, so one that goes silent is gone too. A
+            # server older than version 3 tells nothing of leases and would refuse the
+            # probe's version: no watchdog on its connections.
+            if seen.probe_after() is not None and info.version >= codec.LEADERSHIP_VERSION:
                 self._watch = asyncio.ensure_future(self._watchdog())
 
     @classmethod
@@ -217,8 +236,7 @@ class Connection:
 
     @classmethod
     async def _open(cls, addr: str, cfg: ClientConfig, version: int, seen: Optional[Seen]) -> "Connection":
-        reader, writer = await _open_stream(addr, cfg)
-        r, dec = await _hello(reader, writer, Hello(version).encode(0))
+        reader, writer, r, dec = await _greet(addr, cfg, version=version)
         info = ServerInfo(r.shard, r.shard_count, r.role, r.epoch, r.version, addr, r.leadership)
         return cls(addr, reader, writer, dec, info, seen)
 

@@ -9,12 +9,14 @@ import collections
 from typing import Any, AsyncIterator, Deque, Dict, List, NoReturn, Optional, Union
 
 from . import codec
-from .codec import FrameDecoder, Hello, Record, Role
-from .errors import ConnectionClosed, CorelogError, InvalidArgument, ProtocolError, RequestTimeout, Unreachable
+from .codec import FrameDecoder, Record, Role
+from .errors import (
+    ConnectionClosed, CorelogError, InvalidArgument, ProtocolError, RequestTimeout, ServerError, Unreachable,
+)
 from .types import ClientConfig, Event
 from ._connection import (
-    Addrs, Connection, _check_name, _close_writer, _hello, _open_stream, _read_frame, _records, _response, _why,
-    _within, config_error,
+    Addrs, Connection, _check_name, _close_writer, _greet, _read_frame, _records, _response, _why, _within,
+    config_error,
 )
 
 __all__ = ["Tail", "Subscription"]
@@ -69,10 +71,9 @@ class Tail:
         raise Unreachable("no node reachable: " + "; ".join(errs))
 
     async def _start_at(self, direct: str) -> None:
-        reader, writer = await _open_stream(direct, self._config)
         self._fetched = self._next_offset
         self._buf.clear()
-        _, dec = await _hello(reader, writer, Hello().encode(0) + codec.Tail(self.shard, self._fetched).encode(1))
+        reader, writer, _, dec = await _greet(direct, self._config, codec.Tail(self.shard, self._fetched).encode(1))
         self._reader, self._writer, self._dec = reader, writer, dec
 
     async def __aenter__(self) -> "Tail":
@@ -214,15 +215,16 @@ class Subscription:
         for a in self._addrs:
             direct = codec.shard_addr(a, shard)
             try:
-                reader, writer = await _within(_open_stream(direct, self._config), self._config.connect_timeout)
+                reader, writer, r, dec = await _within(_greet(direct, self._config, req.encode(1)),
+                                                       self._config.connect_timeout)
+            except (ServerError, ProtocolError):
+                raise
             except (OSError, asyncio.TimeoutError, CorelogError) as e:
                 bad = config_error(direct, self._config, e)
                 if bad is not None:
                     raise bad from None
                 errs.append(f"{direct}: {_why(e)}")
                 continue
-            first = Hello().encode(0) + req.encode(1)
-            r, dec = await _within(_hello(reader, writer, first), self._config.connect_timeout)
             if r.role != Role.LEADER:
                 _close_writer(writer)
                 errs.append(f"{direct}: {r.role.name.lower()} (subscriptions are served by the leader)")

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Iterator, List, NamedTuple, Optional, Tuple, Union
 
 __all__ = [
-    "PROTOCOL_VERSION", "MIN_PROTOCOL_VERSION", "HELLO_MAGIC", "FRAME_HEADER_LEN", "MAX_PAYLOAD",
+    "PROTOCOL_VERSION", "MIN_PROTOCOL_VERSION", "FALLBACK_VERSION", "HELLO_MAGIC", "FRAME_HEADER_LEN", "MAX_PAYLOAD",
     "MAX_READ_BYTES", "MAX_REPL_BATCH_BYTES", "MAX_FRAME", "MAX_STREAM_NAME", "APPEND2_MAX_HEADER",
     "MAX_REQUEST_FRAME", "MAX_READ_COUNT", "NO_STREAM_VERSION", "Op", "ErrorCode", "Role",
     "CodecError", "RecordError", "Frame", "FrameDecoder", "decode_frame", "ProducerSeq", "Expect",
@@ -39,6 +39,11 @@ __all__ = [
 #: elsewhere carry a :class:`Hint` (docs/protocol.md §6.3).
 PROTOCOL_VERSION = 3
 MIN_PROTOCOL_VERSION = 1
+#: The version a client opens with when a server refuses PROTOCOL_VERSION with BadVersion
+#: (a server older than the client, as during a rolling upgrade): the oldest with every
+#: request the client sends. Such a connection learns nothing of leases and its refusals
+#: carry no hint (docs/operations.md §15).
+FALLBACK_VERSION = 2
 #: First version whose ``HelloOk`` and refusals carry leadership.
 LEADERSHIP_VERSION = 3
 #: ``req_id`` of a probe (a repeated ``Hello`` on a connection where a request waits).
