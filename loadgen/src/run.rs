@@ -15,7 +15,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use corelog_client::codec::{
-    self, decode_frame, ErrorCode, Hint, Leadership, Request, Response, Role, PROTOCOL_VERSION,
+    self, decode_frame, ErrorCode, Hint, Leadership, Request, Response, Role, FALLBACK_VERSION, LEADERSHIP_VERSION,
+    PROTOCOL_VERSION,
 };
 use corelog_client::leadership::{Seen, Target, PROBE_ID};
 use corelog_server::net::tls_io::{self, Reader, Writer};
@@ -318,7 +319,8 @@ async fn executor(cfg: RunConfig, g: Arc<Global>, first: usize, share: usize) ->
                         Ok((r, w, alt, hello)) => {
                             g.connected.fetch_add(1, Ordering::Relaxed);
                             let (home, role, epoch) = (hello.home, hello.role, hello.epoch);
-                            conns.borrow_mut().push(Link { r, w, i, alt, home, role, epoch });
+                            let leases = hello.version >= LEADERSHIP_VERSION;
+                            conns.borrow_mut().push(Link { r, w, i, alt, home, role, epoch, leases });
                         }
                         Err(e) => {
                             if g.connect_failures.fetch_add(1, Ordering::Relaxed) < 3 {
@@ -402,6 +404,8 @@ struct HelloInfo {
     role: Role,
     epoch: u32,
     leadership: Option<Leadership>,
+    /// The protocol version the connection was opened with.
+    version: u16,
 }
 
 /// Opens connection `i`: to its target, or (failover) to the first alternative from
@@ -450,7 +454,43 @@ async fn connect(
 }
 
 /// Connects and says Hello; returns the streams and what the `HelloOk` said.
+/// Opens connection `i` to `target` with this build's protocol version, and once more
+/// with `FALLBACK_VERSION` when the server refuses that with `BadVersion` (a server older
+/// than this load generator: docs/operations.md §15).
 async fn connect_to(cfg: &RunConfig, target: SocketAddr, i: usize) -> Result<(Reader, Writer, HelloInfo), String> {
+    match connect_with(cfg, target, i, PROTOCOL_VERSION).await {
+        Err(Refused::BadVersion(_)) => connect_with(cfg, target, i, FALLBACK_VERSION).await,
+        r => r,
+    }
+    .map_err(|e| match e {
+        Refused::BadVersion(m) | Refused::Other(m) => m,
+    })
+}
+
+/// Why a connection did not open: the server refused its `Hello` version, or anything else.
+enum Refused {
+    BadVersion(String),
+    Other(String),
+}
+
+impl From<String> for Refused {
+    fn from(m: String) -> Refused {
+        Refused::Other(m)
+    }
+}
+
+impl From<&str> for Refused {
+    fn from(m: &str) -> Refused {
+        Refused::Other(m.to_string())
+    }
+}
+
+async fn connect_with(
+    cfg: &RunConfig,
+    target: SocketAddr,
+    i: usize,
+    version: u16,
+) -> Result<(Reader, Writer, HelloInfo), Refused> {
     use socket2::{Domain, Protocol, Socket, Type};
     let sk = Socket::new(Domain::for_address(target), Type::STREAM, Some(Protocol::TCP)).map_err(|e| e.to_string())?;
     if let IpAddr::V4(ip) = target.ip() {
@@ -477,7 +517,7 @@ async fn connect_to(cfg: &RunConfig, target: SocketAddr, i: usize) -> Result<(Re
     match sk.connect(&target.into()) {
         Ok(()) => {}
         Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}
-        Err(e) => return Err(format!("connect {target}: {e}")),
+        Err(e) => return Err(format!("connect {target}: {e}").into()),
     }
     // The first write (ClientHello or Hello) waits for the connection to complete.
     // SAFETY: we hand the connected-or-connecting socket's fd over to glommio.
@@ -491,18 +531,21 @@ async fn connect_to(cfg: &RunConfig, target: SocketAddr, i: usize) -> Result<(Re
     };
     let (mut r, mut w) = tls_io::establish(sock, tls).await.map_err(|e| format!("handshake: {e}"))?;
     let mut hello = Vec::new();
-    Request::Hello { version: PROTOCOL_VERSION }.encode(0, &mut hello);
+    Request::Hello { version }.encode(0, &mut hello);
     w.write(&hello).await.map_err(|e| e.to_string())?;
     loop {
         if let Some((f, used)) = decode_frame(r.data()).map_err(|e| e.to_string())? {
             let hello = match Response::parse(&f).map_err(|e| e.to_string())? {
                 Response::HelloOk { shard, shard_count, role, epoch, leadership, .. } => {
-                    HelloInfo { home: (shard, shard_count), role, epoch, leadership }
+                    HelloInfo { home: (shard, shard_count), role, epoch, leadership, version }
+                }
+                Response::Error { code, message } if code == ErrorCode::BadVersion as u16 => {
+                    return Err(Refused::BadVersion(format!("server refused: {code} {message}")))
                 }
                 Response::Error { code, message } | Response::Refusal { code, message, .. } => {
-                    return Err(format!("server refused: {code} {message}"))
+                    return Err(format!("server refused: {code} {message}").into())
                 }
-                _ => return Err(format!("unexpected opcode 0x{:02x} to Hello", f.op)),
+                _ => return Err(format!("unexpected opcode 0x{:02x} to Hello", f.op).into()),
             };
             r.consume(used);
             return Ok((r, w, hello));
@@ -581,7 +624,7 @@ async fn answer(
     let sent = Instant::now();
     // The plain read unless failover against a leasing leader: this is every append's
     // path, and the load generator shares the CPUs with the servers it measures.
-    let limits = if cfg.failover {
+    let limits = if cfg.failover && c.leases {
         let s = seen.borrow();
         s.probe_after().zip(s.silent_limit())
     } else {
@@ -642,6 +685,8 @@ struct Link {
     /// The role and epoch its `HelloOk` said.
     role: Role,
     epoch: u32,
+    /// Its node tells leases (protocol version 3): probes may be sent on it.
+    leases: bool,
 }
 
 /// Failover: replaces `c` with a connection to the alternative `from` (or the next
@@ -669,7 +714,8 @@ async fn reconnect(
             return false;
         }
         if let Ok((r, w, alt, hello)) = connect(cfg, c.i, from, seen).await {
-            *c = Link { r, w, i: c.i, alt, home: hello.home, role: hello.role, epoch: hello.epoch };
+            let leases = hello.version >= LEADERSHIP_VERSION;
+            *c = Link { r, w, i: c.i, alt, home: hello.home, role: hello.role, epoch: hello.epoch, leases };
             return true;
         }
     }
