@@ -259,66 +259,131 @@ fn damaged_index_files_and_checkpoints_are_rebuilt_or_passed_over() {
     check_streams(&n.addr(), &cfg, &acked, &versions);
 }
 
+/// Two nodes A and B that share `common` appends, then B alone (promoted, standalone)
+/// writes appends A never sees, then A leads above every epoch used and B rejoins as
+/// its follower and is cut back to the shared ones: the scene of a cut across or into
+/// sealed segments.
+struct Rejoin {
+    _dir: TempDir,
+    fast: [&'static str; 4],
+    ports: (Ports, Ports),
+    data: (std::path::PathBuf, std::path::PathBuf),
+    cfg: ClientConfig,
+    acked: Acked,
+    versions: [Option<u64>; 5],
+}
+
+impl Rejoin {
+    /// The pair writes `common` appends, B catching up; both are killed.
+    fn new(tag: &str, common: usize) -> Rejoin {
+        let dir = TempDir::new(tag);
+        let data = (dir.path().join("a"), dir.path().join("b"));
+        let mut r = Rejoin {
+            _dir: dir,
+            fast: ["--ack-timeout-ms", "300", "--shard-count", "1"],
+            ports: (ports(), ports()),
+            data,
+            cfg: client_config(None),
+            acked: Acked::default(),
+            versions: [None; 5],
+        };
+        let (mut a, mut b) = (r.node("a", true), r.node("b", false));
+        b.start();
+        a.start();
+        fill(&a.addr(), &r.cfg, common, "common", &r.acked, &mut r.versions);
+        let p = Pair { leader: a, follower: b };
+        wait_caught_up(&p, Duration::from_secs(20));
+        let Pair { leader: mut a, follower: mut b } = p;
+        a.kill9();
+        b.kill9();
+        r
+    }
+
+    /// A (leader) or B (follower), named `name`.
+    fn node(&self, name: &str, leader: bool) -> Node {
+        let ((pa, pb), (da, db)) = (self.ports, &self.data);
+        if leader {
+            Node::new(
+                name,
+                da.clone(),
+                pa,
+                Node::args(Mode::Leader { follower_repl: pb.repl }, da, pa, None, "", &self.fast),
+            )
+        } else {
+            Node::new(
+                name,
+                db.clone(),
+                pb,
+                Node::args(Mode::Follower { leader_client: pa.client }, db, pb, None, "", &self.fast),
+            )
+        }
+    }
+
+    /// B on its own, standalone.
+    fn b_alone(&self, name: &str) -> Node {
+        let (pb, db) = (self.ports.1, &self.data.1);
+        Node::new(name, db.clone(), pb, Node::args(Mode::Standalone, db, pb, None, "", &self.fast))
+    }
+
+    /// B, promoted, writes `n` appends A never sees (not counted as acknowledged), then
+    /// `stop` ends it.
+    fn b_writes_alone(&self, n: usize, stop: impl FnOnce(&mut Node)) {
+        promote(&self.data.1, None);
+        let mut b = self.b_alone("b-alone");
+        b.start();
+        let mut lost_versions = self.versions;
+        fill(&b.addr(), &self.cfg, n, "b-only", &Acked::default(), &mut lost_versions);
+        stop(&mut b);
+    }
+
+    /// A leads above every epoch used; B rejoins as its follower, is cut back, and both
+    /// hold the `after` appends A takes. Returns (A, B), both running.
+    fn rejoin(&mut self, after: usize) -> (Node, Node) {
+        promote(&self.data.0, Some("4"));
+        let (mut a, mut b) = (self.node("a-lead", true), self.node("b-follow", false));
+        b.start();
+        a.start();
+        fill(&a.addr(), &self.cfg, after, "after", &self.acked, &mut self.versions);
+        let p = Pair { leader: a, follower: b };
+        wait_caught_up(&p, Duration::from_secs(30));
+        let Pair { leader: a, follower: b } = p;
+        assert!(b.log_text().contains("dropped records"), "{}", b.log_text());
+        (a, b)
+    }
+
+    /// Both logs identical and `records` long; B, started on its own from its index
+    /// files and checkpoint, serves every acknowledged append and stream version.
+    fn b_holds_as_leader(&self, records: u64) {
+        let s = assert_same_logs(&self.data.0, &self.data.1);
+        assert_eq!(s[0].0, records, "{s:?}");
+        let mut b = self.b_alone("b-again");
+        b.start();
+        verify_acked(&self.acked, &[runtime().block_on(read_all(&b.addr(), &self.cfg, 0))]);
+        check_streams(&b.addr(), &self.cfg, &self.acked, &self.versions);
+    }
+}
+
 /// A follower whose divergent suffix spans several sealed segments is cut back across
 /// them at its rejoin: the index files of what it cut and the checkpoints above the cut
 /// go first; it catches up, and its next start (from the index files and a checkpoint)
 /// holds exactly the leader's log.
 #[test]
 fn a_cut_across_sealed_segments_leaves_no_index_or_checkpoint_of_what_was_cut() {
-    let dir = TempDir::new("ckpt-cut");
-    let fast = ["--ack-timeout-ms", "300", "--shard-count", "1"];
-    let (pa, pb) = (ports(), ports());
-    let (da, db) = (dir.path().join("a"), dir.path().join("b"));
-    let leader = |d: &Path| Node::args(Mode::Leader { follower_repl: pb.repl }, d, pa, None, "", &fast);
-    let follower = |d: &Path| Node::args(Mode::Follower { leader_client: pa.client }, d, pb, None, "", &fast);
-    let mut a = Node::new("a", da.clone(), pa, leader(&da));
-    let mut b = Node::new("b", db.clone(), pb, follower(&db));
-    b.start();
-    a.start();
-    let cfg = client_config(None);
-    let acked = Acked::default();
-    let mut versions = [None; 5];
-    fill(&a.addr(), &cfg, 1_000, "common", &acked, &mut versions);
-    let p = Pair { leader: a, follower: b };
-    wait_caught_up(&p, Duration::from_secs(20));
-    let Pair { leader: mut a, follower: mut b } = p;
-    a.kill9();
-    b.kill9();
-    // B alone (promoted, standalone) writes ~12 MiB that A never sees: three sealed segments.
-    promote(&db, None);
-    let mut b_alone = Node::new("b-alone", db.clone(), pb, Node::args(Mode::Standalone, &db, pb, None, "", &fast));
-    b_alone.start();
-    let mut lost_versions = versions;
-    fill(&b_alone.addr(), &cfg, 6_000, "b-only", &Acked::default(), &mut lost_versions);
-    b_alone.kill9();
-    let before = files(&db.join("shard-0"), ".idx").len();
+    let mut r = Rejoin::new("ckpt-cut", 1_000);
+    // B alone writes ~12 MiB that A never sees: three sealed segments.
+    r.b_writes_alone(6_000, |b| b.kill9());
+    let before = files(&r.data.1.join("shard-0"), ".idx").len();
     assert!(before >= 4, "B sealed {before} segments");
-    // A leads above every epoch used; B rejoins as its follower and is cut back.
-    promote(&da, Some("4"));
-    let mut a_lead = Node::new("a-lead", da.clone(), pa, leader(&da));
-    let mut b_follow = Node::new("b-follow", db.clone(), pb, follower(&db));
-    b_follow.start();
-    a_lead.start();
-    fill(&a_lead.addr(), &cfg, 200, "after", &acked, &mut versions);
-    let p = Pair { leader: a_lead, follower: b_follow };
-    wait_caught_up(&p, Duration::from_secs(30));
-    let Pair { leader: mut a_lead, follower: mut b_follow } = p;
-    assert!(b_follow.log_text().contains("dropped records"), "{}", b_follow.log_text());
+    let (mut a_lead, mut b_follow) = r.rejoin(200);
     b_follow.kill9();
-    let ckpts = files(&db.join("shard-0"), ".ckpt");
+    let ckpts = files(&r.data.1.join("shard-0"), ".ckpt");
     for c in &ckpts {
         let off: u64 = c.file_stem().unwrap().to_string_lossy().trim_start_matches("checkpoint-").parse().unwrap();
         let end = a_lead.metric_sum("corelog_log_end_offset") as u64;
         assert!(off <= end, "a checkpoint at {off} above the leader's end {end} survived the cut");
     }
     a_lead.kill9();
-    let s = assert_same_logs(&da, &db);
-    assert_eq!(s[0].0, 1_200, "{s:?}");
-    // B starts from its own index files and checkpoint and serves A's log.
-    let mut b_again = Node::new("b-again", db.clone(), pb, Node::args(Mode::Standalone, &db, pb, None, "", &fast));
-    b_again.start();
-    verify_acked(&acked, &[runtime().block_on(read_all(&b_again.addr(), &cfg, 0))]);
-    check_streams(&b_again.addr(), &cfg, &acked, &versions);
+    r.b_holds_as_leader(1_200);
 }
 
 /// A cut into a segment a clean stop sealed and cut to its data: the rejoining node's
@@ -326,55 +391,20 @@ fn a_cut_across_sealed_segments_leaves_no_index_or_checkpoint_of_what_was_cut() 
 /// the file, then rolls); both logs end identical and every acknowledged append reads back.
 #[test]
 fn a_cut_into_a_segment_sealed_at_a_clean_stop_grows_it_again() {
-    let dir = TempDir::new("ckpt-cut-short");
-    let fast = ["--ack-timeout-ms", "300", "--shard-count", "1"];
-    let (pa, pb) = (ports(), ports());
-    let (da, db) = (dir.path().join("a"), dir.path().join("b"));
-    let leader = |d: &Path| Node::args(Mode::Leader { follower_repl: pb.repl }, d, pa, None, "", &fast);
-    let follower = |d: &Path| Node::args(Mode::Follower { leader_client: pa.client }, d, pb, None, "", &fast);
-    let mut a = Node::new("a", da.clone(), pa, leader(&da));
-    let mut b = Node::new("b", db.clone(), pb, follower(&db));
-    b.start();
-    a.start();
-    let cfg = client_config(None);
-    let acked = Acked::default();
-    let mut versions = [None; 5];
-    fill(&a.addr(), &cfg, 500, "common", &acked, &mut versions);
-    let p = Pair { leader: a, follower: b };
-    wait_caught_up(&p, Duration::from_secs(20));
-    let Pair { leader: mut a, follower: mut b } = p;
-    a.kill9();
-    b.kill9();
-    // B alone writes 300 appends A never sees, in its first segment, then stops cleanly:
-    // that segment is sealed and cut to its data.
-    promote(&db, None);
-    let mut b_alone = Node::new("b-alone", db.clone(), pb, Node::args(Mode::Standalone, &db, pb, None, "", &fast));
-    b_alone.start();
-    let mut lost_versions = versions;
-    fill(&b_alone.addr(), &cfg, 300, "b-only", &Acked::default(), &mut lost_versions);
-    signal(&b_alone, libc::SIGTERM);
-    assert_eq!(b_alone.wait_exit(Duration::from_secs(20)), Some(0), "{}", b_alone.log_text());
-    let first = db.join("shard-0").join("00000000000000000000.log");
+    let mut r = Rejoin::new("ckpt-cut-short", 500);
+    // B alone writes 300 appends in its first segment, then stops cleanly: that segment
+    // is sealed and cut to its data.
+    r.b_writes_alone(300, |b| {
+        signal(b, libc::SIGTERM);
+        assert_eq!(b.wait_exit(Duration::from_secs(20)), Some(0), "{}", b.log_text());
+    });
+    let first = r.data.1.join("shard-0").join("00000000000000000000.log");
     let short = std::fs::metadata(&first).unwrap().len();
     assert!(short < 4 << 20, "the segment sealed at the stop holds {short} bytes");
-    // A leads above every epoch used; B rejoins as its follower and is cut back to 500.
-    promote(&da, Some("4"));
-    let mut a_lead = Node::new("a-lead", da.clone(), pa, leader(&da));
-    let mut b_follow = Node::new("b-follow", db.clone(), pb, follower(&db));
-    b_follow.start();
-    a_lead.start();
-    fill(&a_lead.addr(), &cfg, 3_000, "after", &acked, &mut versions);
-    let p = Pair { leader: a_lead, follower: b_follow };
-    wait_caught_up(&p, Duration::from_secs(30));
-    let Pair { leader: mut a_lead, follower: mut b_follow } = p;
-    assert!(b_follow.log_text().contains("dropped records"), "{}", b_follow.log_text());
+    // B is cut back to 500, inside that segment.
+    let (mut a_lead, mut b_follow) = r.rejoin(3_000);
     b_follow.kill9();
     a_lead.kill9();
     assert!(std::fs::metadata(&first).unwrap().len() > short, "the cut segment grew again");
-    let s = assert_same_logs(&da, &db);
-    assert_eq!(s[0].0, 3_500, "{s:?}");
-    let mut b_again = Node::new("b-again", db.clone(), pb, Node::args(Mode::Standalone, &db, pb, None, "", &fast));
-    b_again.start();
-    verify_acked(&acked, &[runtime().block_on(read_all(&b_again.addr(), &cfg, 0))]);
-    check_streams(&b_again.addr(), &cfg, &acked, &versions);
+    r.b_holds_as_leader(3_500);
 }
