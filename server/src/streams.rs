@@ -34,7 +34,7 @@
 //! base and the streams with no event in the new segment leave the map (`rebase`).
 //!
 //! Memory: per stream in the base its encoded head (name + 14 bytes + 20 per pointer) and
-//! 12–20 bytes of table; per stream in the map `STREAM_BYTES` + its name + 24 bytes per
+//! 20–36 bytes of table; per stream in the map `STREAM_BYTES` + its name + 24 bytes per
 //! level (≤ log2 of its runs + 1), + 8 per event in the last segment. Reported by
 //! `corelog_stream_index_bytes`.
 

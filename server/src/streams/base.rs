@@ -4,8 +4,8 @@
 //! each) took about a microsecond per stream, every start. Instead the start checks each
 //! entry where it lies (the same checks as a decode, nothing allocated per stream), keeps
 //! the bytes, and builds an open-addressing table of entry numbers keyed by the name's
-//! hash: tens of nanoseconds per stream, and 16–32 bytes of table and 4 of position per
-//! stream beside the bytes themselves.
+//! hash: 0.12–0.25 µs per stream on the 2-vCPU kind (where decoding took ≈ 1.3 µs), and
+//! 16–32 bytes of table and 4 of position per stream beside the bytes themselves.
 //!
 //! The table never changes. A stream that the shard touches (an event, a sealed run) is
 //! decoded once into the index's map, which shadows the entry here from then on
