@@ -1115,6 +1115,16 @@ impl Client {
         }
     }
 
+    /// [`Client::read`] without decoding: how many records, and their bytes as the node
+    /// sent them (the on-disk record encoding, not yet checked: `record::verify_run`).
+    pub async fn read_raw(&self, shard: u16, from: u64, max_bytes: u32) -> Result<(u32, Vec<u8>), Error> {
+        let reply = self.request(&Request::Read { shard, from, max_bytes }).await?;
+        match reply.response()? {
+            Response::Records { count, records, .. } => Ok((count, records.to_vec())),
+            _ => Err(Error::Protocol("expected Records".into())),
+        }
+    }
+
     /// Asks the node this client is connected to (the first address that answers, leader
     /// or follower) to delete its whole segments of `shard` below `before`, within what
     /// its peer may still need (docs/operations.md §13). Returns the node's first offset

@@ -2,7 +2,7 @@
 //! tail. They use the `corelog-client` library on a small tokio runtime.
 
 use std::io::{BufRead, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use corelog_client::{Client, ClientConfig, Expect, Producer, Subscription, Tail};
 
@@ -307,6 +307,35 @@ pub fn trim(conn: &ConnArgs, shard: u16, before: u64) -> Result<(), String> {
             Err(errs.join("; "))
         }
     })
+}
+
+/// `admin backup`: copies the node's log into `to`; prints each shard's copy and a total.
+pub fn backup(conn: &ConnArgs, to: &Path, segment_bytes: u64) -> Result<(), String> {
+    check_segment_bytes(segment_bytes)?;
+    let cfg = conn.config()?;
+    let started = std::time::Instant::now();
+    let copies = crate::backup::run(&conn.addr, &cfg, to, segment_bytes)?;
+    let mut copied = 0;
+    for c in &copies {
+        println!("shard {} offsets 0..{} (copied {}..{}) epoch {}", c.shard, c.next, c.from, c.next, c.epoch);
+        copied += c.next - c.from;
+    }
+    println!(
+        "backup of {} in {}: {copied} records copied in {:.1} s",
+        conn.addr,
+        to.display(),
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// `--segment-bytes`: a multiple of 4096 from 4 MiB to what a batch index addresses.
+pub fn check_segment_bytes(n: u64) -> Result<(), String> {
+    let max = crate::wal::batchindex::MAX_SEGMENT_BYTES;
+    if !n.is_multiple_of(4096) || n < 4 * 1024 * 1024 || n > max {
+        return Err(format!("--segment-bytes must be a multiple of 4096, at least 4 MiB and at most {} GiB", max >> 30));
+    }
+    Ok(())
 }
 
 /// Reads committed events of one stream: `version<TAB>offset<TAB>payload` per line.

@@ -138,6 +138,21 @@ enum AdminCmd {
         #[arg(long)]
         before: u64,
     },
+    /// Copy a running node's log into DIR while it serves (docs/operations.md §16): every
+    /// shard's committed records, written by the server's own code. DIR is created, or
+    /// an earlier backup of the same node there is continued from where it ends. Prints
+    /// each shard's offsets; every append acknowledged before the backup started is below
+    /// them. Start a node with `--data-dir DIR` to restore; `corelog inspect DIR` checks it.
+    Backup {
+        #[command(flatten)]
+        conn: corelog_server::cli::ConnArgs,
+        /// The backup directory (a data directory).
+        #[arg(long)]
+        to: PathBuf,
+        /// Segment file size of the copy (as `serve --segment-bytes`).
+        #[arg(long, default_value_t = 256 * 1024 * 1024)]
+        segment_bytes: u64,
+    },
     /// Give up the damaged last batch of a stopped node's shard (or the records a
     /// needs-repair shard may lack) so that it can serve alone. Their offsets are handed
     /// out again. Only when no other copy exists: a follower repairs itself from its
@@ -350,13 +365,7 @@ fn serve_config(a: ServeArgs) -> Result<ServeConfig, String> {
         (None, ..) => return Err("--repl-cert/--repl-key/--repl-ca cannot be combined with --insecure".into()),
         _ => return Err("--repl-cert, --repl-key and --repl-ca go together".into()),
     };
-    let max_segment = corelog_server::wal::batchindex::MAX_SEGMENT_BYTES;
-    if !a.segment_bytes.is_multiple_of(4096) || a.segment_bytes < 4 * 1024 * 1024 || a.segment_bytes > max_segment {
-        return Err(format!(
-            "--segment-bytes must be a multiple of 4096, at least 4 MiB and at most {} GiB",
-            max_segment >> 30
-        ));
-    }
+    corelog_server::cli::check_segment_bytes(a.segment_bytes)?;
     let age = match a.retain_hours {
         None => None,
         Some(h) if h.is_finite() && h > 0.0 && h < 1e6 => Some(Duration::from_secs_f64(h * 3600.0)),
@@ -482,6 +491,7 @@ fn main() {
         Cmd::Quickstart(a) => quickstart::run(a),
         Cmd::Workload(a) => corelog_server::workload::main(a),
         Cmd::Admin { cmd: AdminCmd::Trim { conn, shard, before } } => cli::trim(&conn, shard, before),
+        Cmd::Admin { cmd: AdminCmd::Backup { conn, to, segment_bytes } } => cli::backup(&conn, &to, segment_bytes),
         Cmd::Admin { cmd: AdminCmd::AcceptLoss { data_dir, shard } } => {
             control::accept_loss(&data_dir, shard).map(|what| println!("{what}"))
         }
