@@ -51,7 +51,11 @@ enum ToWriter {
     /// The node's epoch for the shard (every record's is at or below it).
     Epoch(u32),
     /// Checked records `first..first + count`.
-    Run { first: u64, count: u32, bytes: Vec<u8> },
+    Run {
+        first: u64,
+        count: u32,
+        bytes: Vec<u8>,
+    },
     /// Caught up: the copy ends at this offset.
     End(u64),
     Failed(String),
@@ -225,7 +229,10 @@ fn read_shard(
             let (count, bytes) = read(at, MAX_READ_BYTES).await?;
             let last_epoch = record::verify_run(&bytes, at, count).map_err(|e| format!("records from {at}: {e}"))?;
             if count > 0 && last_epoch > epoch {
-                return Err(format!("a record below offset {} has epoch {last_epoch}, above the node's {epoch}", at + count as u64));
+                return Err(format!(
+                    "a record below offset {} has epoch {last_epoch}, above the node's {epoch}",
+                    at + count as u64
+                ));
             }
             let short = bytes.len() + MAX_RECORD <= MAX_READ_BYTES as usize;
             for (first, n, run) in runs(&bytes, at, count) {
@@ -289,7 +296,8 @@ async fn write_shard(
         }
     };
     let last = if from > 0 {
-        let (b, n) = shard.log.read(from - 1, from, 1).await.map_err(|e| format!("read the backup's last record: {e}"))?;
+        let (b, n) =
+            shard.log.read(from - 1, from, 1).await.map_err(|e| format!("read the backup's last record: {e}"))?;
         assert_eq!(n, 1, "the log's last record");
         Some(b)
     } else {

@@ -333,7 +333,10 @@ pub fn backup(conn: &ConnArgs, to: &Path, segment_bytes: u64) -> Result<(), Stri
 pub fn check_segment_bytes(n: u64) -> Result<(), String> {
     let max = crate::wal::batchindex::MAX_SEGMENT_BYTES;
     if !n.is_multiple_of(4096) || n < 4 * 1024 * 1024 || n > max {
-        return Err(format!("--segment-bytes must be a multiple of 4096, at least 4 MiB and at most {} GiB", max >> 30));
+        return Err(format!(
+            "--segment-bytes must be a multiple of 4096, at least 4 MiB and at most {} GiB",
+            max >> 30
+        ));
     }
     Ok(())
 }
