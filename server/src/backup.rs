@@ -89,12 +89,14 @@ pub struct ShardCopy {
     pub from: u64,
     pub next: u64,
     pub epoch: u32,
+    /// Record bytes copied by this run.
+    pub bytes: u64,
 }
 
 /// Copies every shard of the node at `addr` into `to` (created, or an earlier backup of
 /// the same node continued). Progress on stderr every few seconds; returns each shard's
 /// copy.
-pub fn run(addr: &str, cfg: &ClientConfig, to: &Path, segment_bytes: u64) -> Result<Vec<ShardCopy>, String> {
+pub fn run(addr: &str, cfg: &ClientConfig, to: &Path, segment_bytes: u64, max_mb_s: f64) -> Result<Vec<ShardCopy>, String> {
     let shards = runtime()
         .block_on(async {
             let c = Client::connect(addr, cfg).await?;
@@ -115,6 +117,8 @@ pub fn run(addr: &str, cfg: &ClientConfig, to: &Path, segment_bytes: u64) -> Res
     crate::wal::probe::check_direct_io(to)?;
     crate::net::fds::raise();
     let started = Instant::now();
+    // Each shard's reader keeps to its share of the rate (bytes per second; 0: none).
+    let rate = max_mb_s * 1e6 / shards as f64;
     let mut running = Vec::new();
     for id in 0..shards {
         let progress = Arc::new(Progress::default());
@@ -124,7 +128,7 @@ pub fn run(addr: &str, cfg: &ClientConfig, to: &Path, segment_bytes: u64) -> Res
         let p = progress.clone();
         let reader = std::thread::Builder::new()
             .name(format!("backup-read-{id}"))
-            .spawn(move || read_shard(&a, &c, id, &to_writer, &from_writer, &p))
+            .spawn(move || read_shard(&a, &c, (id, rate), &to_writer, &from_writer, &p))
             .map_err(|e| format!("start the reader of shard {id}: {e}"))?;
         let scfg = ServeConfig::offline(to.to_path_buf(), shards, segment_bytes);
         let p = progress.clone();
@@ -186,11 +190,12 @@ fn report(shards: &[(u16, Arc<Progress>)], started: Instant) {
 }
 
 /// The reader of shard `id`: the node's epoch to the writer, the copy's end from it,
-/// then committed runs until a read comes back short of its budget.
+/// then committed runs until a read comes back short of its budget, at most `rate` bytes
+/// a second on average (0: as fast as the node answers).
 fn read_shard(
     addr: &str,
     cfg: &ClientConfig,
-    id: u16,
+    (id, rate): (u16, f64),
     tx: &SyncSender<ToWriter>,
     resume: &Receiver<Resume>,
     p: &Progress,
@@ -225,8 +230,13 @@ fn read_shard(
                 ));
             }
         }
+        let (began, mut read_bytes) = (tokio::time::Instant::now(), 0u64);
         loop {
+            if rate > 0.0 {
+                tokio::time::sleep_until(began + Duration::from_secs_f64(read_bytes as f64 / rate)).await;
+            }
             let (count, bytes) = read(at, MAX_READ_BYTES).await?;
+            read_bytes += bytes.len() as u64;
             let last_epoch = record::verify_run(&bytes, at, count).map_err(|e| format!("records from {at}: {e}"))?;
             if count > 0 && last_epoch > epoch {
                 return Err(format!(
@@ -316,7 +326,7 @@ async fn write_shard(
             Some(ToWriter::End(end)) => {
                 shard.settle(end).await;
                 assert_eq!(shard.log.next_offset(), end);
-                return Ok(ShardCopy { shard: id, from, next: end, epoch });
+                return Ok(ShardCopy { shard: id, from, next: end, epoch, bytes: p.bytes.load(Ordering::Relaxed) });
             }
             Some(ToWriter::Failed(e)) => return Err(e),
             Some(ToWriter::Epoch(_)) | None => return Err("the reader stopped".into()),

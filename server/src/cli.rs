@@ -310,21 +310,27 @@ pub fn trim(conn: &ConnArgs, shard: u16, before: u64) -> Result<(), String> {
 }
 
 /// `admin backup`: copies the node's log into `to`; prints each shard's copy and a total.
-pub fn backup(conn: &ConnArgs, to: &Path, segment_bytes: u64) -> Result<(), String> {
+pub fn backup(conn: &ConnArgs, to: &Path, segment_bytes: u64, max_mb_s: f64) -> Result<(), String> {
     check_segment_bytes(segment_bytes)?;
+    if !(max_mb_s >= 0.0 && max_mb_s.is_finite()) {
+        return Err(format!("--max-mb-per-s {max_mb_s}: a rate of 0 (no limit) or more"));
+    }
     let cfg = conn.config()?;
     let started = std::time::Instant::now();
-    let copies = crate::backup::run(&conn.addr, &cfg, to, segment_bytes)?;
-    let mut copied = 0;
+    let copies = crate::backup::run(&conn.addr, &cfg, to, segment_bytes, max_mb_s)?;
+    let (mut copied, mut bytes) = (0, 0);
     for c in &copies {
         println!("shard {} offsets 0..{} (copied {}..{}) epoch {}", c.shard, c.next, c.from, c.next, c.epoch);
         copied += c.next - c.from;
+        bytes += c.bytes;
     }
+    let secs = started.elapsed().as_secs_f64();
     println!(
-        "backup of {} in {}: {copied} records copied in {:.1} s",
+        "backup of {} in {}: {copied} records ({:.1} MB) copied in {secs:.1} s, {:.1} MB/s",
         conn.addr,
         to.display(),
-        started.elapsed().as_secs_f64()
+        bytes as f64 / 1e6,
+        bytes as f64 / 1e6 / secs.max(1e-9)
     );
     Ok(())
 }

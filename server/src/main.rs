@@ -152,6 +152,11 @@ enum AdminCmd {
         /// Segment file size of the copy (as `serve --segment-bytes`).
         #[arg(long, default_value_t = 256 * 1024 * 1024)]
         segment_bytes: u64,
+        /// Read the node's records at most this fast, all shards together, in MB/s (10^6
+        /// bytes): what a backup costs the node's appends is the CPU and disk reads it
+        /// takes (docs/operations.md §16). 0: as fast as the node answers.
+        #[arg(long, default_value_t = 0.0)]
+        max_mb_per_s: f64,
     },
     /// Give up the damaged last batch of a stopped node's shard (or the records a
     /// needs-repair shard may lack) so that it can serve alone. Their offsets are handed
@@ -491,7 +496,9 @@ fn main() {
         Cmd::Quickstart(a) => quickstart::run(a),
         Cmd::Workload(a) => corelog_server::workload::main(a),
         Cmd::Admin { cmd: AdminCmd::Trim { conn, shard, before } } => cli::trim(&conn, shard, before),
-        Cmd::Admin { cmd: AdminCmd::Backup { conn, to, segment_bytes } } => cli::backup(&conn, &to, segment_bytes),
+        Cmd::Admin { cmd: AdminCmd::Backup { conn, to, segment_bytes, max_mb_per_s } } => {
+            cli::backup(&conn, &to, segment_bytes, max_mb_per_s)
+        }
         Cmd::Admin { cmd: AdminCmd::AcceptLoss { data_dir, shard } } => {
             control::accept_loss(&data_dir, shard).map(|what| println!("{what}"))
         }
