@@ -96,7 +96,13 @@ pub struct ShardCopy {
 /// Copies every shard of the node at `addr` into `to` (created, or an earlier backup of
 /// the same node continued). Progress on stderr every few seconds; returns each shard's
 /// copy.
-pub fn run(addr: &str, cfg: &ClientConfig, to: &Path, segment_bytes: u64, max_mb_s: f64) -> Result<Vec<ShardCopy>, String> {
+pub fn run(
+    addr: &str,
+    cfg: &ClientConfig,
+    to: &Path,
+    segment_bytes: u64,
+    max_mb_s: f64,
+) -> Result<Vec<ShardCopy>, String> {
     let shards = runtime()
         .block_on(async {
             let c = Client::connect(addr, cfg).await?;
