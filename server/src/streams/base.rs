@@ -91,22 +91,26 @@ impl Base {
         drop(hashes);
         for (h, i) in order {
             let (tag, i) = (h >> 32, i as usize);
-            let mut s = h as usize & mask;
-            while b.slots[s] != 0 {
-                if b.slots[s] >> 32 == tag && b.name_bytes(b.slot_entry(s)) == b.name_bytes(i) {
-                    return Err(format!("stream {:?} twice", b.name(i)));
-                }
-                s = (s + 1) & mask;
+            match b.slot_of(h, b.name_bytes(i)) {
+                Ok(_) => return Err(format!("stream {:?} twice", b.name(i))),
+                Err(s) => b.slots[s] = tag << 32 | (i as u64 + 1),
             }
-            b.slots[s] = tag << 32 | (i as u64 + 1);
         }
         Ok(b)
     }
 
-    /// The first slot to look at for `name`, and its tag.
-    fn probe(&self, name: &[u8]) -> (usize, u64) {
-        let h = self.hasher.hash_one(name);
-        (h as usize & (self.slots.len() - 1), h >> 32)
+    /// The slot holding the entry named `name` (hash `h`), or the empty slot where its
+    /// probe sequence ends.
+    fn slot_of(&self, h: u64, name: &[u8]) -> Result<usize, usize> {
+        let (mask, tag) = (self.slots.len() - 1, h >> 32);
+        let mut s = h as usize & mask;
+        while self.slots[s] != 0 {
+            if self.slots[s] >> 32 == tag && self.name_bytes(self.slot_entry(s)) == name {
+                return Ok(s);
+            }
+            s = (s + 1) & mask;
+        }
+        Err(s)
     }
 
     fn slot_entry(&self, s: usize) -> usize {
@@ -131,17 +135,9 @@ impl Base {
         if self.pos.len() <= 1 {
             return None;
         }
-        let (mut s, tag) = self.probe(name.as_bytes());
-        loop {
-            if self.slots[s] == 0 {
-                return None;
-            }
-            let i = self.slot_entry(s);
-            if self.slots[s] >> 32 == tag && self.name_bytes(i) == name.as_bytes() {
-                return (!self.is_shadowed(i)).then_some(i);
-            }
-            s = (s + 1) & (self.slots.len() - 1);
-        }
+        let s = self.slot_of(self.hasher.hash_one(name.as_bytes()), name.as_bytes()).ok()?;
+        let i = self.slot_entry(s);
+        (!self.is_shadowed(i)).then_some(i)
     }
 
     pub(super) fn entry(&self, i: usize) -> Entry {
@@ -171,14 +167,19 @@ impl Base {
         self.pos.len().saturating_sub(1) - self.n_shadowed
     }
 
+    /// The numbers of those entries.
+    fn live_ids(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..self.pos.len().saturating_sub(1)).filter(|&i| !self.is_shadowed(i))
+    }
+
     /// Those entries' names and next versions.
     pub(super) fn live_versions(&self) -> impl Iterator<Item = (&str, u64)> {
-        (0..self.pos.len().saturating_sub(1)).filter(|&i| !self.is_shadowed(i)).map(|i| (self.name(i), self.next(i)))
+        self.live_ids().map(|i| (self.name(i), self.next(i)))
     }
 
     /// Those entries decoded (for a comparison of whole indexes).
     pub(super) fn live_entries(&self) -> impl Iterator<Item = (&str, Entry)> {
-        (0..self.pos.len().saturating_sub(1)).filter(|&i| !self.is_shadowed(i)).map(|i| (self.name(i), self.entry(i)))
+        self.live_ids().map(|i| (self.name(i), self.entry(i)))
     }
 
     /// Appends the bytes of the entries not in the map, runs of them at a time; returns
