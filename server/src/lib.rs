@@ -8,6 +8,7 @@
 //! plus [`certs`], [`inspect`], [`cli`], [`metrics`], [`cpus`] (executor placement); [`sync`] and [`watchdog`] are the
 //! executor-local wake-up and timeout primitives both planes (and the load generator) use.
 
+pub mod authz;
 pub mod backup;
 pub mod boot;
 pub mod certs;
