@@ -232,12 +232,15 @@ mod tests {
         }
     }
 
+    /// A grant as the reference holds it: principals, operations, stream prefixes, shards.
+    type Rule<'a> = (Vec<&'a str>, Vec<Op>, Vec<String>, bool);
+
     /// The reference: what a policy allows, by the sets of names it grants. A stream is
     /// allowed when some grant for the principal and op holds that name; a prefix when
     /// every name the prefix can deliver is (here: the names over the alphabet up to a
     /// length, and each with a letter no grant uses appended, which stands for the
     /// unbounded rest).
-    fn reference(rules: &[(Vec<&str>, Vec<Op>, Vec<String>, bool)], who: &str, op: Op, r: Resource<'_>) -> bool {
+    fn reference(rules: &[Rule<'_>], who: &str, op: Op, r: Resource<'_>) -> bool {
         let grants_name = |name: &str| {
             rules.iter().any(|(ps, ops, streams, _)| {
                 ops.contains(&op)
