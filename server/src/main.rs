@@ -290,6 +290,11 @@ struct ServeArgs {
     /// least 64 KiB; small values are for tests of the catch-up path).
     #[arg(long, default_value_t = corelog_server::shard::MAX_RECENT_BYTES as u64, value_parser = clap::value_parser!(u64).range(65536..))]
     repl_memory_bytes: u64,
+    /// Leader: catch a follower up from the segments (one that was away, or starts
+    /// empty) at most this fast, in MB/s per shard (10^6 bytes): the reads compete with
+    /// the appends for the shard's CPU and disk. 0: no limit.
+    #[arg(long, default_value_t = 0.0)]
+    catch_up_mb_per_s: f64,
     /// A client or replication connection must finish its TLS handshake and send its
     /// first frame (`Hello`) within this many milliseconds, or it is closed.
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
@@ -405,6 +410,10 @@ fn serve_config(a: ServeArgs) -> Result<ServeConfig, String> {
         repl_timeout: Duration::from_millis(a.repl_timeout_ms),
         max_producers: a.max_producers as usize,
         repl_memory_bytes: usize::try_from(a.repl_memory_bytes).map_err(|e| format!("--repl-memory-bytes: {e}"))?,
+        catch_up_mb_s: match a.catch_up_mb_per_s {
+            r if r >= 0.0 && r.is_finite() => r,
+            r => return Err(format!("--catch-up-mb-per-s {r}: a rate of 0 (no limit) or more")),
+        },
         coord,
     })
 }

@@ -56,6 +56,10 @@ pub struct ShardMetrics {
     pub scrub_passes: Counter,
     pub scrub_damage: Counter,
     pub scrub_damaged: Gauge,
+    /// Leader: record bytes sent to a follower from the segments (`replica::catchup`),
+    /// and an estimate of what is left while that lasts.
+    pub rebuild_bytes: Counter,
+    pub rebuild_remaining: Gauge,
 }
 
 impl ShardMetrics {
@@ -98,6 +102,8 @@ impl ShardMetrics {
             checkpoints: counter!("corelog_checkpoints_total", "shard" => s.clone()),
             checkpoint_errors: counter!("corelog_checkpoint_errors_total", "shard" => s.clone()),
             scrub_bytes: counter!("corelog_scrub_bytes_total", "shard" => s.clone()),
+            rebuild_bytes: counter!("corelog_rebuild_bytes_total", "shard" => s.clone()),
+            rebuild_remaining: gauge!("corelog_rebuild_remaining_bytes", "shard" => s.clone()),
             scrub_passes: counter!("corelog_scrub_passes_total", "shard" => s.clone()),
             scrub_damage: counter!("corelog_scrub_damage_total", "shard" => s.clone()),
             scrub_damaged: gauge!("corelog_scrub_damaged", "shard" => s),
@@ -171,9 +177,27 @@ pub fn scrub_damage_known(known: bool) {
     }
 }
 
+/// Shards of this process catching a follower up from their segments
+/// (`replica::catchup`). Shown on `/health` as `rebuilding` while any does.
+static REBUILDING: AtomicUsize = AtomicUsize::new(0);
+
+/// A shard started (`true`) or ended (`false`) catching its follower up from the segments.
+pub fn rebuilding(now: bool) {
+    if now {
+        REBUILDING.fetch_add(1, Ordering::Relaxed);
+    } else {
+        let was = REBUILDING.fetch_sub(1, Ordering::Relaxed);
+        assert!(was > 0, "a catch-up ended more often than it started");
+    }
+}
+
 fn health_body() -> String {
     let h = HEALTH.lock().unwrap_or_else(|e| e.into_inner());
-    health_line(&h, LEASE.load(Ordering::Relaxed), SCRUB_DAMAGED.load(Ordering::Relaxed) > 0)
+    let mut line = health_line(&h, LEASE.load(Ordering::Relaxed), SCRUB_DAMAGED.load(Ordering::Relaxed) > 0);
+    if REBUILDING.load(Ordering::Relaxed) > 0 {
+        line.insert_str(line.len() - 1, " rebuilding");
+    }
+    line
 }
 
 /// `/health`'s body from the coordinator's fields (`h`, "" without a coordinator), the

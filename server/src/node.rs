@@ -53,6 +53,8 @@ pub struct ServeConfig {
     pub ack_timeout: Duration,
     pub io_memory: usize,
     pub repl_memory_bytes: usize,
+    /// `--catch-up-mb-per-s` (0: no limit).
+    pub catch_up_mb_s: f64,
     pub handshake_timeout: Duration,
     /// Client connections per process (None: what the open-file limit leaves, `net::fds`).
     pub max_connections: Option<usize>,
@@ -93,6 +95,7 @@ impl ServeConfig {
             ack_timeout: d(10_000),
             io_memory: 512 * 1024,
             repl_memory_bytes: crate::shard::MAX_RECENT_BYTES,
+            catch_up_mb_s: 0.0,
             handshake_timeout: d(10_000),
             max_connections: None,
             repl_timeout: d(5_000),
@@ -457,6 +460,7 @@ pub async fn open_shard(place: Place, cfg: &ServeConfig) -> Result<(Rc<Shard>, S
         standalone: cfg.role == NodeRole::Standalone,
         ack_timeout: cfg.ack_timeout,
         recent_bytes: cfg.repl_memory_bytes,
+        catch_up_rate: cfg.catch_up_mb_s * 1e6,
         handshake_timeout: cfg.handshake_timeout,
         repl_timeout: cfg.repl_timeout,
         leader_addr: cfg.leader_addr.clone(),

@@ -170,6 +170,9 @@ pub struct ShardConfig {
     /// Heap bytes of recent batches kept for the replication link (buffers plus
     /// per-batch overhead; ≥ 2 batches are kept).
     pub recent_bytes: usize,
+    /// Leader: bytes per second at most when catching a follower up from the segments
+    /// (`--catch-up-mb-per-s`; 0: no limit).
+    pub catch_up_rate: f64,
     /// TLS handshake + first frame (`Hello`) on client and replication connections.
     pub handshake_timeout: Duration,
     /// A replication link on which nothing arrived for this long is dropped (either

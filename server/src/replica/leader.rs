@@ -13,6 +13,7 @@ use corelog_client::codec::{ErrorCode, Repl, Role, REPL_PROTOCOL_VERSION};
 use corelog_client::record;
 use glommio::net::TcpStream;
 
+use super::catchup::CatchUp;
 use super::{handshake, next_frame, parse};
 use crate::net::tls;
 use crate::net::tls_io::{self, Writer};
@@ -243,7 +244,7 @@ async fn link_once(shard: &Rc<Shard>, cfg: &LinkConfig) -> Result<(), String> {
 /// Streams records from `cursor` until the link dies or we stop leading.
 async fn ship(shard: &Rc<Shard>, wr: &mut Writer, mut cursor: u64, dead: &Cell<bool>) -> Result<(), String> {
     let mut out = Vec::with_capacity(CATCH_UP_CHUNK + 64);
-    let mut from_segments = false;
+    let mut catching_up: Option<CatchUp> = None;
     let mut idle = Watchdog::new();
     // A leader's epoch is fixed while it leads (a new epoch is a new incarnation or a
     // follower's take-over, never a change under a running link).
@@ -260,17 +261,14 @@ async fn ship(shard: &Rc<Shard>, wr: &mut Writer, mut cursor: u64, dead: &Cell<b
         );
         out.clear();
         if let Some((first, count, recs, at)) = from_recent(shard, cursor) {
+            if let Some(c) = catching_up.take() {
+                c.done(cursor);
+            }
             Repl::Batch { epoch, first_offset: first, count, records: &recs[at..] }.encode(&mut out);
             cursor = first + count as u64;
         } else if cursor < shard.log.next_offset() {
-            if !from_segments {
-                from_segments = true;
-                log::info!(
-                    "shard {}: catching the follower up from the segments at offset {cursor} (not in the {} bytes of recent batches kept in memory)",
-                    shard.id(),
-                    shard.cfg.recent_bytes
-                );
-            }
+            let c = catching_up.get_or_insert_with(|| CatchUp::start(shard, cursor));
+            c.pace().await;
             let (recs, count) = shard
                 .log
                 .read(cursor, shard.log.next_offset(), CATCH_UP_CHUNK)
@@ -281,7 +279,11 @@ async fn ship(shard: &Rc<Shard>, wr: &mut Writer, mut cursor: u64, dead: &Cell<b
             }
             Repl::Batch { epoch, first_offset: cursor, count, records: &recs }.encode(&mut out);
             cursor += count as u64;
+            c.sent(shard, count, recs.len(), cursor);
         } else {
+            if let Some(c) = catching_up.take() {
+                c.done(cursor);
+            }
             // Idle: a Ping every fifth of the link timeout keeps the follower's Acks
             // (and so our view of its liveness) coming.
             if idle.within(Instant::now(), shard.cfg.repl_timeout / 5, shard.shipped_ev.wait()).await.is_some() {

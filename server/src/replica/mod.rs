@@ -8,6 +8,7 @@
 //! and `Ack`s its end; the leader then streams batches from that point, from its
 //! in-memory recent batches or, when the follower is further behind, from its segments.
 
+pub mod catchup;
 pub mod follower;
 pub mod handshake;
 pub mod leader;

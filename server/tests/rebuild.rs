@@ -1,0 +1,128 @@
+//! A node replaced with an empty data directory, against real processes: a leader with
+//! `--catch-up-mb-per-s 2` and a small in-memory ring holds a log of ~12 MB; the
+//! follower's data directory is wiped and the follower started empty. The leader catches
+//! it up from its segments no faster than the limit, says so in log lines (start, progress
+//! with time left, end), on `/health` (`rebuilding`) and in metrics; the follower killed
+//! (-9) half-way resumes from its own end, not from zero; at the end both logs are
+//! identical and every acknowledged append reads back from the new follower.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::pair::{assert_same_logs, pair, wait_caught_up, wait_log};
+use common::*;
+use corelog_client::ClientConfig;
+
+const RATE_MB: f64 = 2.0;
+
+fn wait_for(what: &str, within: Duration, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !f() {
+        assert!(Instant::now() < deadline, "{what} not within {within:?}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn an_empty_follower_is_rebuilt_from_the_leader_paced_reported_and_resumed() {
+    let dir = TempDir::new("rebuild");
+    let rate = RATE_MB.to_string();
+    let mut p = pair(&dir, None, &["--shard-count", "2", "--repl-memory-bytes", "65536", "--catch-up-mb-per-s", &rate]);
+    p.follower.start();
+    p.leader.start();
+    let rt = runtime();
+    let cfg = ClientConfig::insecure();
+    let acked = Acked::default();
+    // 8 connections × 400 appends of ~4 KiB: about 13 MB over the two shards.
+    let errors = rt.block_on(load_sized(&p.leader.addr(), &cfg, 8, 400, 4096, &acked));
+    assert_eq!(errors, 0);
+    wait_caught_up(&p, Duration::from_secs(30));
+
+    // The disk is lost: the follower comes back empty.
+    p.follower.kill9();
+    std::fs::remove_dir_all(&p.follower.data).unwrap();
+    let started = Instant::now();
+    p.follower.start();
+    wait_log(&p.leader, "catching the follower up from the segments at offset 0");
+    wait_for("rebuilding on /health", Duration::from_secs(10), || {
+        p.leader.http("/health").is_ok_and(|h| h.contains("rebuilding"))
+    });
+    wait_log(&p.leader, "s left");
+    assert!(p.leader.metric_sum("corelog_rebuild_remaining_bytes") > 0.0);
+
+    // Killed half-way, it goes on from where its log ends.
+    p.follower.kill9();
+    let held = std::fs::read_dir(p.follower.data.join("shard-0")).unwrap().count();
+    assert!(held > 0, "the follower wrote nothing before the kill");
+    p.follower.start();
+    wait_for("a catch-up resumed above offset 0", Duration::from_secs(20), || {
+        p.leader.log_text().lines().any(|l| {
+            l.contains("catching the follower up from the segments at offset")
+                && !l.contains("at offset 0 ")
+                && !l.contains("at offset 0 (")
+        })
+    });
+    wait_log(&p.leader, "follower caught up from the segments");
+    wait_caught_up(&p, Duration::from_secs(60));
+    let took = started.elapsed().as_secs_f64();
+    wait_for("rebuilding gone from /health", Duration::from_secs(10), || {
+        p.leader.http("/health").is_ok_and(|h| h.contains(" 200") && !h.contains("rebuilding"))
+    });
+    assert_eq!(p.leader.metric_sum("corelog_rebuild_remaining_bytes"), 0.0);
+
+    // Paced: a shard's bytes took at least what the rate allows (less one read's worth).
+    let shard_bytes: Vec<f64> = (0..2)
+        .map(|s| {
+            p.leader
+                .http("/metrics")
+                .unwrap()
+                .lines()
+                .find(|l| l.starts_with(&format!("corelog_rebuild_bytes_total{{shard=\"{s}\"}}")))
+                .and_then(|l| l.split_whitespace().last()?.parse().ok())
+                .unwrap_or(0.0)
+        })
+        .collect();
+    let most = shard_bytes.iter().cloned().fold(0.0, f64::max);
+    assert!(most > 4e6, "only {most} bytes sent from the segments of a shard: {shard_bytes:?}");
+    let floor = (most - 2.0 * 1_048_576.0) / (RATE_MB * 1e6);
+    assert!(took >= floor, "caught up in {took:.1} s, faster than {RATE_MB} MB/s allows ({floor:.1} s)");
+
+    let shards: Vec<_> = (0..2).map(|s| rt.block_on(read_all(&p.follower.addr(), &cfg, s))).collect();
+    verify_acked(&acked, &shards);
+    p.leader.kill9();
+    p.follower.kill9();
+    assert_same_logs(&p.leader.data, &p.follower.data);
+}
+
+/// `load` with payloads of `bytes` bytes.
+async fn load_sized(
+    addr: &str,
+    cfg: &ClientConfig,
+    conns: usize,
+    per_conn: usize,
+    bytes: usize,
+    acked: &Acked,
+) -> usize {
+    let mut tasks = Vec::new();
+    for c in 0..conns {
+        let (addr, cfg, acked) = (addr.to_string(), cfg.clone(), acked.clone());
+        tasks.push(tokio::spawn(async move {
+            let Ok(client) = corelog_client::Client::connect(&addr, &cfg).await else { return 1 };
+            for i in 0..per_conn {
+                let mut payload = format!("c{c}-i{i}-{}-", rand::random::<u64>()).into_bytes();
+                payload.resize(bytes, b'a' + (i % 26) as u8);
+                match client.append(&payload).await {
+                    Ok(pos) => assert!(acked.lock().unwrap().insert(pos, payload).is_none()),
+                    Err(_) => return 1,
+                }
+            }
+            0
+        }));
+    }
+    let mut errors = 0;
+    for t in tasks {
+        errors += t.await.unwrap();
+    }
+    errors
+}
