@@ -95,10 +95,11 @@ cl_start() {
       --metrics-listen "127.0.0.1:$((25600 + s))" --leader-addr 127.0.0.1:24400 "${sh[@]}" $(cl_tls "$c" follower) \
       >"$d.f$s.log" 2>&1 &
     CL_FOLLOWERS+=($!)
-    # shellcheck disable=SC2046
+    # CL_LEADER_EXTRA: more flags for the leader (split on spaces).
+    # shellcheck disable=SC2046,SC2086
     "$b/corelog" serve --role leader --data-dir "$d/l" --listen 127.0.0.1:24400 --repl-listen 127.0.0.1:24500 \
       --metrics-listen "127.0.0.1:$((24600 + s))" --follower-addr 127.0.0.1:25500 "${sh[@]}" $(cl_tls "$c" server) \
-      >"$d.l$s.log" 2>&1 &
+      ${CL_LEADER_EXTRA:-} >"$d.l$s.log" 2>&1 &
     CL_LEADERS+=($!)
   done
   if [ "$procs" = 0 ]; then

@@ -265,7 +265,9 @@ fn damaged_index_files_and_checkpoints_are_rebuilt_or_passed_over() {
 /// sealed segments.
 struct Rejoin {
     _dir: TempDir,
-    fast: [&'static str; 4],
+    /// Flags of both nodes. The default ack timeout (10 s): a rejoin's cut can take a
+    /// while on a busy machine, and the leader holds the first appends until it is done.
+    flags: [&'static str; 2],
     ports: (Ports, Ports),
     data: (std::path::PathBuf, std::path::PathBuf),
     cfg: ClientConfig,
@@ -280,7 +282,7 @@ impl Rejoin {
         let data = (dir.path().join("a"), dir.path().join("b"));
         let mut r = Rejoin {
             _dir: dir,
-            fast: ["--ack-timeout-ms", "300", "--shard-count", "1"],
+            flags: ["--shard-count", "1"],
             ports: (ports(), ports()),
             data,
             cfg: client_config(None),
@@ -307,14 +309,14 @@ impl Rejoin {
                 name,
                 da.clone(),
                 pa,
-                Node::args(Mode::Leader { follower_repl: pb.repl }, da, pa, None, "", &self.fast),
+                Node::args(Mode::Leader { follower_repl: pb.repl }, da, pa, None, "", &self.flags),
             )
         } else {
             Node::new(
                 name,
                 db.clone(),
                 pb,
-                Node::args(Mode::Follower { leader_client: pa.client }, db, pb, None, "", &self.fast),
+                Node::args(Mode::Follower { leader_client: pa.client }, db, pb, None, "", &self.flags),
             )
         }
     }
@@ -322,7 +324,7 @@ impl Rejoin {
     /// B on its own, standalone.
     fn b_alone(&self, name: &str) -> Node {
         let (pb, db) = (self.ports.1, &self.data.1);
-        Node::new(name, db.clone(), pb, Node::args(Mode::Standalone, db, pb, None, "", &self.fast))
+        Node::new(name, db.clone(), pb, Node::args(Mode::Standalone, db, pb, None, "", &self.flags))
     }
 
     /// B, promoted, writes `n` appends A never sees (not counted as acknowledged), then
