@@ -51,20 +51,23 @@ rebuild() {
   done
   [ "$i" -lt 36000 ] || { echo "no catch-up within an hour" >&2; exit 1; }
   t1=$(date +%s.%N)
+  local hz lcpu fcpu; hz=$(getconf CLK_TCK)
+  lcpu=$(awk -v t="$(cl_ticks "${CL_LEADERS[0]}")" -v h="$hz" 'BEGIN {printf "%.1f", t / h}')
+  fcpu=$(awk -v t="$(cl_ticks "${CL_FOLLOWERS[0]}")" -v h="$hz" 'BEGIN {printf "%.1f", t / h}')
   cl_stop
   "$BIN/corelog" inspect --compare "$d/l" "$d/f" >"$d.compare" || { echo "logs differ: $(cat "$d.compare")" >&2; exit 1; }
   local mb; mb=$(sed -n 's/.*caught up from the segments: offsets [0-9.]*, \([0-9.]*\) MB in.*/\1/p' "$d.l0.log" | awk '{s += $1} END {print s}')
-  awk -v a="$t0" -v b="$t1" -v m="$mb" 'BEGIN {printf "%.2f %.0f\n", b - a, m}'
+  awk -v a="$t0" -v b="$t1" -v m="$mb" -v l="$lcpu" -v f="$fcpu" 'BEGIN {printf "%.2f %.0f %s %s\n", b - a, m, l, f}'
   [ "$KEEP" = 1 ] || rm -rf "$d/l" "$d/f"
 }
 
 {
-  echo "| catch-up limit | records MB sent | seconds (start of the pair → both shards caught up) | MB/s | of fio's sequential write |"
-  echo "|---|---|---|---|---|"
+  echo "| catch-up limit | records MB sent | seconds (start of the pair → both shards caught up) | MB/s | of fio's sequential write | CPU s leader / follower (whole run) |"
+  echo "|---|---|---|---|---|---|"
   for limit in 0 $LIMITS; do
-    read -r secs mb < <(rebuild "$limit")
-    awk -v l="$limit" -v s="$secs" -v m="$mb" -v f="$fio_mb" \
-      'BEGIN {printf "| %s | %d | %.1f | %.0f | %.0f %% |\n", (l == 0 ? "none" : l " MB/s per shard"), m, s, m / s, 100 * m / s / f}'
+    read -r secs mb lcpu fcpu < <(rebuild "$limit")
+    awk -v l="$limit" -v s="$secs" -v m="$mb" -v f="$fio_mb" -v lc="$lcpu" -v fc="$fcpu" \
+      'BEGIN {printf "| %s | %d | %.1f | %.0f | %.0f %% | %s / %s |\n", (l == 0 ? "none" : l " MB/s per shard"), m, s, m / s, 100 * m / s / f, lc, fc}'
   done
   echo
   echo "A log of $RECORDS records of $PAYLOAD payload bytes ($records_mb MB of segment data, 2 shards); fio: $fio_mb MB/s (1 MiB O_DIRECT writes, queue depth 4)."
