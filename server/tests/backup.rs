@@ -10,7 +10,8 @@
 //!   append below the backup's offsets reads back from it with its payload and stream
 //!   version;
 //! - a directory holding another node's log is refused, and so is a node whose log
-//!   retention has trimmed, each with a message that says why.
+//!   retention has trimmed, each with a message that says why; a backup taken before the
+//!   trim goes on after it (the trim is below its end).
 
 mod common;
 
@@ -252,6 +253,9 @@ fn a_backup_refuses_another_nodes_log_and_a_trimmed_log() {
     let e = refused(&y.addr(), &bk);
     assert!(e.contains("holds another log"), "{e}");
 
+    // A backup of y taken before the trim goes on after it: the trim is below its end.
+    let early = dir.path().join("early");
+    assert_eq!(backup(&y.addr(), &early), vec![(0, 3_000), (0, 0)]);
     let o = Command::new(BIN)
         .args(["admin", "trim", "--insecure", "--addr", &y.addr(), "--shard", "0", "--before", "2000"])
         .output()
@@ -259,4 +263,13 @@ fn a_backup_refuses_another_nodes_log_and_a_trimmed_log() {
     assert!(o.status.success(), "trim: {}", String::from_utf8_lossy(&o.stderr));
     let e = refused(&y.addr(), &dir.path().join("bk2"));
     assert!(e.contains("retention trimmed it"), "{e}");
+    rt.block_on(async {
+        let c = Client::connect_shard(&y.addr(), 0, &cfg).await.unwrap();
+        for i in 0..10 {
+            c.append(format!("y-after-{i}").as_bytes()).await.unwrap();
+        }
+    });
+    assert_eq!(backup(&y.addr(), &early), vec![(3_000, 3_010), (0, 0)]);
+    let (code, out) = inspect(&early);
+    assert_eq!(code, 0, "{out}");
 }
