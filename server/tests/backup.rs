@@ -20,53 +20,14 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::pair::{pair, wait_caught_up};
 use common::*;
-use corelog_client::{Client, ClientConfig, Expect, Position};
+use corelog_client::{Client, ClientConfig, Position};
 
 const SHARDS: u16 = 2;
-
-/// Acknowledged appends: position → (payload, stream name and version if any).
-type Told = Arc<Mutex<HashMap<Position, (Vec<u8>, Option<(String, u64)>)>>>;
-
-/// `conns` connections appending 2 KiB payloads (every third to one of 16 streams) until
-/// `stop`.
-fn start_load(
-    rt: &tokio::runtime::Runtime,
-    addr: &str,
-    conns: usize,
-    told: &Told,
-    stop: &Arc<AtomicBool>,
-) -> Vec<tokio::task::JoinHandle<()>> {
-    (0..conns)
-        .map(|c| {
-            let (addr, told, stop) = (addr.to_string(), told.clone(), stop.clone());
-            rt.spawn(async move {
-                let client = Client::connect(&addr, &ClientConfig::insecure()).await.unwrap();
-                let mut i = 0u64;
-                while !stop.load(Ordering::Relaxed) {
-                    i += 1;
-                    let mut payload = format!("c{c}-i{i}-{}-", rand::random::<u32>()).into_bytes();
-                    payload.resize(2048, b'a' + (i % 26) as u8);
-                    let r = if i.is_multiple_of(3) {
-                        let name = format!("acct-{}", (c + i as usize) % 16);
-                        client
-                            .append_to(&name, Expect::Any, &payload)
-                            .await
-                            .map(|a| (a.position, Some((name, a.version))))
-                    } else {
-                        client.append(&payload).await.map(|p| (p, None))
-                    };
-                    let (pos, s) = r.unwrap_or_else(|e| panic!("connection {c}: {e}"));
-                    assert!(told.lock().unwrap().insert(pos, (payload, s)).is_none());
-                }
-            })
-        })
-        .collect()
-}
 
 fn backup_cmd(addr: &str, to: &Path) -> Command {
     let mut c = Command::new(BIN);
@@ -124,7 +85,7 @@ fn a_backup_under_load_resumes_grows_and_seeds_a_new_pair() {
     p.leader.start();
     let rt = runtime();
     let (told, stop) = (Told::default(), Arc::new(AtomicBool::new(false)));
-    let load = start_load(&rt, &p.leader.addr(), 8, &told, &stop);
+    let load = stream_load(&rt, &p.leader.addr(), 8, 16, &told, &stop);
     let until = |n: usize| {
         let deadline = Instant::now() + Duration::from_secs(120);
         while told.lock().unwrap().len() < n {

@@ -6,22 +6,13 @@
 mod common;
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 use corelog_client::{Client, Position};
 
 fn node(name: &str, mode: Mode, data: &Path, ports: Ports, extra: &[&str]) -> Node {
     Node::new(name, data.to_path_buf(), ports, Node::args(mode, data, ports, None, "", extra))
-}
-
-/// Waits (bounded) until `cond` holds, re-checking every 10 ms.
-fn wait_until(what: &str, within: Duration, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + within;
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
 }
 
 /// The sequence of the handshake bug: the follower holds a batch its leader never wrote

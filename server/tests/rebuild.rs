@@ -23,14 +23,6 @@ use corelog_client::ClientConfig;
 
 const RATE_MB: f64 = 2.0;
 
-fn wait_for(what: &str, within: Duration, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + within;
-    while !f() {
-        assert!(Instant::now() < deadline, "{what} not within {within:?}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
 #[test]
 fn an_empty_follower_is_rebuilt_from_the_leader_paced_reported_and_resumed() {
     let dir = TempDir::new("rebuild");
@@ -43,7 +35,7 @@ fn an_empty_follower_is_rebuilt_from_the_leader_paced_reported_and_resumed() {
     let acked = Acked::default();
     // 8 connections × 600 appends of ~4 KiB: about 20 MB over the two shards, 5 s of
     // catch-up at the limit.
-    let errors = rt.block_on(load_sized(&p.leader.addr(), &cfg, 8, 600, 4096, &acked));
+    let errors = rt.block_on(load_sized(&p.leader.addr(), &cfg, 8, 600, "r", 4096, &acked));
     assert_eq!(errors, 0);
     wait_caught_up(&p, Duration::from_secs(30));
 
@@ -53,7 +45,7 @@ fn an_empty_follower_is_rebuilt_from_the_leader_paced_reported_and_resumed() {
     let started = Instant::now();
     p.follower.start();
     wait_log(&p.leader, "catching the follower up from the segments at offset 0");
-    wait_for("rebuilding on /health", Duration::from_secs(10), || {
+    wait_until("rebuilding on /health", Duration::from_secs(10), || {
         p.leader.http("/health").is_ok_and(|h| h.contains("rebuilding"))
     });
     wait_log(&p.leader, "s left");
@@ -72,17 +64,17 @@ fn an_empty_follower_is_rebuilt_from_the_leader_paced_reported_and_resumed() {
             })
             .count()
     };
-    wait_for("a catch-up resumed above offset 0", Duration::from_secs(20), || resumed(&p.leader) > 0);
+    wait_until("a catch-up resumed above offset 0", Duration::from_secs(20), || resumed(&p.leader) > 0);
 
     // The leader killed half-way too: restarted, it goes on from the follower's end.
     let before = resumed(&p.leader);
     p.leader.kill9();
     p.leader.start();
-    wait_for("the restarted leader resuming above offset 0", Duration::from_secs(20), || resumed(&p.leader) > before);
+    wait_until("the restarted leader resuming above offset 0", Duration::from_secs(20), || resumed(&p.leader) > before);
     wait_log(&p.leader, "follower caught up from the segments");
     wait_caught_up(&p, Duration::from_secs(60));
     let took = started.elapsed().as_secs_f64();
-    wait_for("rebuilding gone from /health", Duration::from_secs(10), || {
+    wait_until("rebuilding gone from /health", Duration::from_secs(10), || {
         p.leader.http("/health").is_ok_and(|h| h.contains(" 200") && !h.contains("rebuilding"))
     });
     assert_eq!(p.leader.metric_sum("corelog_rebuild_remaining_bytes"), 0.0);
@@ -137,36 +129,4 @@ fn coordinator_mode_a_follower_that_lost_its_disk_is_rebuilt_while_the_leader_ac
     let log = c.nodes[follower].log_text();
     assert!(log.rsplit("---- start #").next().unwrap().contains("from offset 0"), "started empty:\n{log}");
     eprintln!("rebuilt in coordinator mode: {} appends acknowledged in all", r.ok);
-}
-
-/// `load` with payloads of `bytes` bytes.
-async fn load_sized(
-    addr: &str,
-    cfg: &ClientConfig,
-    conns: usize,
-    per_conn: usize,
-    bytes: usize,
-    acked: &Acked,
-) -> usize {
-    let mut tasks = Vec::new();
-    for c in 0..conns {
-        let (addr, cfg, acked) = (addr.to_string(), cfg.clone(), acked.clone());
-        tasks.push(tokio::spawn(async move {
-            let Ok(client) = corelog_client::Client::connect(&addr, &cfg).await else { return 1 };
-            for i in 0..per_conn {
-                let mut payload = format!("c{c}-i{i}-{}-", rand::random::<u64>()).into_bytes();
-                payload.resize(bytes, b'a' + (i % 26) as u8);
-                match client.append(&payload).await {
-                    Ok(pos) => assert!(acked.lock().unwrap().insert(pos, payload).is_none()),
-                    Err(_) => return 1,
-                }
-            }
-            0
-        }));
-    }
-    let mut errors = 0;
-    for t in tasks {
-        errors += t.await.unwrap();
-    }
-    errors
 }

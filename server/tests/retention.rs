@@ -16,7 +16,7 @@ mod common;
 
 use std::collections::HashMap;
 use std::process::Command;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::pair::{pair, wait_caught_up, Pair};
@@ -25,48 +25,6 @@ use corelog_client::{Client, ClientConfig, Error, Expect, Position, Record};
 
 const SEGMENT: u64 = 4 << 20;
 const STREAMS: usize = 24;
-
-/// Acknowledged appends: position → (payload, stream name and version if any).
-type Told = Arc<Mutex<HashMap<Position, (Vec<u8>, Option<(String, u64)>)>>>;
-
-/// `conns` connections appending 2 KiB payloads (every other one to a stream, expected
-/// version any) until `stop` is set; returns the errors seen.
-fn start_load(
-    rt: &tokio::runtime::Runtime,
-    addr: &str,
-    conns: usize,
-    told: &Told,
-    stop: &Arc<std::sync::atomic::AtomicBool>,
-) -> Vec<tokio::task::JoinHandle<usize>> {
-    (0..conns)
-        .map(|c| {
-            let (addr, told, stop) = (addr.to_string(), told.clone(), stop.clone());
-            rt.spawn(async move {
-                let client = Client::connect(&addr, &ClientConfig::insecure()).await.unwrap();
-                let mut i = 0u64;
-                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    i += 1;
-                    let mut payload = format!("c{c}-i{i}-").into_bytes();
-                    payload.resize(2048, b'a' + (i % 26) as u8);
-                    let r = if i.is_multiple_of(2) {
-                        let name = format!("acct-{}", (c + i as usize) % STREAMS);
-                        client
-                            .append_to(&name, Expect::Any, &payload)
-                            .await
-                            .map(|a| (a.position, Some((name, a.version))))
-                    } else {
-                        client.append(&payload).await.map(|p| (p, None))
-                    };
-                    match r {
-                        Ok((pos, s)) => assert!(told.lock().unwrap().insert(pos, (payload, s)).is_none()),
-                        Err(e) => panic!("connection {c}: {e}"),
-                    }
-                }
-                0
-            })
-        })
-        .collect()
-}
 
 /// The node's first offset of `shard`: from the `OutOfRange` a read at 0 gets (0 if the
 /// read succeeds).
@@ -202,7 +160,7 @@ fn retention_deletes_segments_on_both_nodes_under_load_and_restarts_recover() {
     let rt = runtime();
     let told: Told = Default::default();
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let load = start_load(&rt, &p.leader.addr(), 16, &told, &stop);
+    let load = stream_load(&rt, &p.leader.addr(), 16, STREAMS, &told, &stop);
     // Bounded: both nodes must have deleted segments of both shards while appends go on.
     let deadline = Instant::now() + Duration::from_secs(120);
     let trimmed = |n: &Node| n.metric_sum("corelog_trimmed_segments_total");
@@ -221,7 +179,7 @@ fn retention_deletes_segments_on_both_nodes_under_load_and_restarts_recover() {
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     for h in load {
-        assert_eq!(rt.block_on(h).unwrap(), 0);
+        rt.block_on(h).unwrap();
     }
     wait_caught_up(&p, Duration::from_secs(30));
     // Once caught up, each node trims down to its setting (3 segments per shard) within

@@ -350,8 +350,6 @@ pub fn runtime() -> tokio::runtime::Runtime {
 /// Acknowledged appends: position → payload.
 pub type Acked = Arc<Mutex<HashMap<Position, Vec<u8>>>>;
 
-/// `conns` connections each appending up to `per_conn` unique payloads (sequentially,
-/// one in flight). Stops a connection at its first error. Returns the number of errors.
 /// A raw mTLS connection to 127.0.0.1:`port` with the client certificate of `certs`
 /// (name `localhost`), for a test that writes frames by hand.
 pub async fn raw_mtls(
@@ -368,14 +366,32 @@ pub async fn raw_mtls(
     tokio_rustls::TlsConnector::from(Arc::new(tls)).connect(name, tcp).await.map_err(|e| e.to_string())
 }
 
+/// `conns` connections each appending up to `per_conn` unique payloads (sequentially,
+/// one in flight). Stops a connection at its first error. Returns the number of errors.
 pub async fn load(addr: &str, cfg: &ClientConfig, conns: usize, per_conn: usize, tag: &str, acked: &Acked) -> usize {
+    load_sized(addr, cfg, conns, per_conn, tag, 0, acked).await
+}
+
+/// `load` with each payload padded to at least `min_bytes`.
+pub async fn load_sized(
+    addr: &str,
+    cfg: &ClientConfig,
+    conns: usize,
+    per_conn: usize,
+    tag: &str,
+    min_bytes: usize,
+    acked: &Acked,
+) -> usize {
     let mut tasks = Vec::new();
     for c in 0..conns {
         let (addr, cfg, acked, tag) = (addr.to_string(), cfg.clone(), acked.clone(), tag.to_string());
         tasks.push(tokio::spawn(async move {
             let Ok(client) = Client::connect(&addr, &cfg).await else { return 1 };
             for i in 0..per_conn {
-                let payload = format!("{tag}-c{c}-i{i}-{}", rand::random::<u64>()).into_bytes();
+                let mut payload = format!("{tag}-c{c}-i{i}-{}-", rand::random::<u64>()).into_bytes();
+                if payload.len() < min_bytes {
+                    payload.resize(min_bytes, b'a' + (i % 26) as u8);
+                }
                 match client.append(&payload).await {
                     Ok(pos) => {
                         let prev = acked.lock().unwrap().insert(pos, payload);
@@ -392,6 +408,54 @@ pub async fn load(addr: &str, cfg: &ClientConfig, conns: usize, per_conn: usize,
         errors += t.await.unwrap();
     }
     errors
+}
+
+/// Acknowledged appends: position → (payload, stream name and version if any).
+pub type Told = Arc<Mutex<HashMap<Position, (Vec<u8>, Option<(String, u64)>)>>>;
+
+/// `conns` connections appending 2 KiB payloads until `stop` is set, every other one to
+/// one of `streams` streams (`acct-N`, expected version any); each acknowledgement goes
+/// into `told`. A connection panics at its first error.
+pub fn stream_load(
+    rt: &tokio::runtime::Runtime,
+    addr: &str,
+    conns: usize,
+    streams: usize,
+    told: &Told,
+    stop: &Arc<std::sync::atomic::AtomicBool>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    (0..conns)
+        .map(|c| {
+            let (addr, told, stop) = (addr.to_string(), told.clone(), stop.clone());
+            rt.spawn(async move {
+                let client = Client::connect(&addr, &ClientConfig::insecure()).await.unwrap();
+                let mut i = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    i += 1;
+                    let mut payload = format!("c{c}-i{i}-").into_bytes();
+                    payload.resize(2048, b'a' + (i % 26) as u8);
+                    let r = if i.is_multiple_of(2) {
+                        let name = format!("acct-{}", (c + i as usize) % streams);
+                        let a = client.append_to(&name, corelog_client::Expect::Any, &payload).await;
+                        a.map(|a| (a.position, Some((name, a.version))))
+                    } else {
+                        client.append(&payload).await.map(|p| (p, None))
+                    };
+                    let (pos, s) = r.unwrap_or_else(|e| panic!("connection {c}: {e}"));
+                    assert!(told.lock().unwrap().insert(pos, (payload, s)).is_none(), "{pos:?} acknowledged twice");
+                }
+            })
+        })
+        .collect()
+}
+
+/// Waits (bounded) until `cond` holds, re-checking every 10 ms.
+pub fn wait_until(what: &str, within: Duration, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 /// Starts an unbounded background load (20 connections) and returns once `n` appends
