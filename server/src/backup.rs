@@ -34,6 +34,7 @@ use corelog_client::record::{self, MAX_EXT_LEN, RECORD_HEADER_LEN};
 use corelog_client::{Client, ClientConfig, Error};
 use glommio::{LocalExecutorBuilder, Placement, PoolPlacement};
 
+use crate::cli::runtime;
 use crate::control;
 use crate::node::{self, Place, ServeConfig};
 use crate::wal::batch::{MAX_BATCH_BYTES, MAX_BATCH_RECORDS};
@@ -169,10 +170,6 @@ pub fn run(
     }
 }
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime")
-}
-
 /// Prints each shard's progress on stderr every `REPORT_EVERY` until all are done.
 fn report(shards: &[(u16, Arc<Progress>)], started: Instant) {
     let mut last = (started, 0u64);
@@ -271,7 +268,7 @@ fn read_shard(
 fn runs(bytes: &[u8], first: u64, count: u32) -> Vec<(u64, u32, &[u8])> {
     let (mut out, mut from, mut pos, mut n, mut at) = (Vec::new(), 0usize, 0usize, 0u32, first);
     for _ in 0..count {
-        let len = record::decode(&bytes[pos..]).expect("verified").1;
+        let len = record::peek(&bytes[pos..]).expect("verified").2;
         if n == MAX_BATCH_RECORDS || pos + len - from > MAX_BATCH_BYTES {
             out.push((at, n, &bytes[from..pos]));
             (from, at, n) = (pos, at + n as u64, 0);

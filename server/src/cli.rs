@@ -38,7 +38,8 @@ impl ConnArgs {
     }
 }
 
-fn runtime() -> tokio::runtime::Runtime {
+/// A single-threaded tokio runtime for a command's client.
+pub(crate) fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime")
 }
 

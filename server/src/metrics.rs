@@ -169,11 +169,16 @@ static SCRUB_DAMAGED: AtomicUsize = AtomicUsize::new(0);
 /// A shard's scrubber found damage (`true`) or knows of none any more (`false`): call
 /// on each change only.
 pub fn scrub_damage_known(known: bool) {
-    if known {
-        SCRUB_DAMAGED.fetch_add(1, Ordering::Relaxed);
+    count_shards(&SCRUB_DAMAGED, known, "scrub damage cleared more often than found");
+}
+
+/// One shard more (`up`) or fewer in `shards`; `never` if that would go below zero.
+fn count_shards(shards: &AtomicUsize, up: bool, never: &str) {
+    if up {
+        shards.fetch_add(1, Ordering::Relaxed);
     } else {
-        let was = SCRUB_DAMAGED.fetch_sub(1, Ordering::Relaxed);
-        assert!(was > 0, "scrub damage cleared more often than found");
+        let was = shards.fetch_sub(1, Ordering::Relaxed);
+        assert!(was > 0, "{never}");
     }
 }
 
@@ -183,12 +188,7 @@ static REBUILDING: AtomicUsize = AtomicUsize::new(0);
 
 /// A shard started (`true`) or ended (`false`) catching its follower up from the segments.
 pub fn rebuilding(now: bool) {
-    if now {
-        REBUILDING.fetch_add(1, Ordering::Relaxed);
-    } else {
-        let was = REBUILDING.fetch_sub(1, Ordering::Relaxed);
-        assert!(was > 0, "a catch-up ended more often than it started");
-    }
+    count_shards(&REBUILDING, now, "a catch-up ended more often than it started");
 }
 
 fn health_body() -> String {

@@ -289,16 +289,22 @@ impl Rejoin {
             acked: Acked::default(),
             versions: [None; 5],
         };
-        let (mut a, mut b) = (r.node("a", true), r.node("b", false));
-        b.start();
-        a.start();
-        fill(&a.addr(), &r.cfg, common, "common", &r.acked, &mut r.versions);
-        let p = Pair { leader: a, follower: b };
-        wait_caught_up(&p, Duration::from_secs(20));
-        let Pair { leader: mut a, follower: mut b } = p;
+        let (mut a, mut b) = r.pair_takes(("a", "b"), common, "common", Duration::from_secs(20));
         a.kill9();
         b.kill9();
         r
+    }
+
+    /// A leading (`names.0`) and B following (`names.1`) start, A takes `n` appends
+    /// tagged `tag` and B catches up within `within`. Returns (A, B), both running.
+    fn pair_takes(&mut self, names: (&str, &str), n: usize, tag: &str, within: Duration) -> (Node, Node) {
+        let (mut a, mut b) = (self.node(names.0, true), self.node(names.1, false));
+        b.start();
+        a.start();
+        fill(&a.addr(), &self.cfg, n, tag, &self.acked, &mut self.versions);
+        let p = Pair { leader: a, follower: b };
+        wait_caught_up(&p, within);
+        (p.leader, p.follower)
     }
 
     /// A (leader) or B (follower), named `name`.
@@ -342,13 +348,7 @@ impl Rejoin {
     /// hold the `after` appends A takes. Returns (A, B), both running.
     fn rejoin(&mut self, after: usize) -> (Node, Node) {
         promote(&self.data.0, Some("4"));
-        let (mut a, mut b) = (self.node("a-lead", true), self.node("b-follow", false));
-        b.start();
-        a.start();
-        fill(&a.addr(), &self.cfg, after, "after", &self.acked, &mut self.versions);
-        let p = Pair { leader: a, follower: b };
-        wait_caught_up(&p, Duration::from_secs(30));
-        let Pair { leader: a, follower: b } = p;
+        let (a, b) = self.pair_takes(("a-lead", "b-follow"), after, "after", Duration::from_secs(30));
         assert!(b.log_text().contains("dropped records"), "{}", b.log_text());
         (a, b)
     }
