@@ -38,6 +38,8 @@
 #   env BIG=1 adds closed36k; FIGS="closed1k one_repl" picks figures; LOADGEN=new (or old)
 #   drives both sides with NEW's (OLD's) load generator (default: each side its own tree's;
 #   a load generator speaks its own tree's newest protocol, which an older server may refuse).
+#   OLD_LEADER_EXTRA / NEW_LEADER_EXTRA: more flags for that side's leader (pair and pair2
+#   modes), e.g. NEW_LEADER_EXTRA="--authz policy.toml" (benches/authz-policy.sh writes one).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 OLD="${1:?usage: benches/ab.sh OLD_REV NEW_REV [SECONDS] [ROUNDS]}"; NEW="${2:?NEW_REV}"
@@ -132,6 +134,9 @@ json() { python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print($2)"
 run() { # $1 = OLD|NEW, $2 = figure, $3 = round → prints "value [extra]"
   local side=$1 fig=$2 b d t0 t1 c0 c1 hz
   b=$([ "$side" = OLD ] && echo "$BIN_OLD" || echo "$BIN_NEW")
+  # OLD_LEADER_EXTRA / NEW_LEADER_EXTRA: flags for one side's leader only (run is a subshell).
+  if [ "$side" = OLD ]; then CL_LEADER_EXTRA="${CL_LEADER_EXTRA:-} ${OLD_LEADER_EXTRA:-}"; else
+    CL_LEADER_EXTRA="${CL_LEADER_EXTRA:-} ${NEW_LEADER_EXTRA:-}"; fi
   # LOADGEN=new / old: both sides measured by one load generator (the servers alone compared).
   local lg="$b/corelog-loadgen"
   case "${LOADGEN:-own}" in new) lg="$BIN_NEW/corelog-loadgen" ;; old) lg="$BIN_OLD/corelog-loadgen" ;; esac

@@ -121,7 +121,7 @@ struct Tls {
 
 fn configs() -> (Arc<rustls::ServerConfig>, Arc<rustls::ClientConfig>) {
     let dir = tempfile::tempdir().unwrap();
-    corelog_server::certs::generate(dir.path(), &[]).unwrap();
+    corelog_server::certs::generate(dir.path(), &[], &[]).unwrap();
     let p = |f: &str| dir.path().join(f);
     let s = corelog_server::net::tls::server_config(&p("server.pem"), &p("server.key"), &p("ca.pem")).unwrap();
     let c = corelog_client::tls::client_config(&p("ca.pem"), Some((&p("client.pem"), &p("client.key")))).unwrap();

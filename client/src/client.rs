@@ -166,7 +166,7 @@ impl Error {
                 Some(
                     NotLeader | Unavailable | Fenced | BadFrame | TooLarge | UnknownOpcode | BadVersion | NoSuchShard
                     | Overloaded | ShuttingDown | BadHandshake | SequenceGap | UnknownProducer | WrongShard
-                    | BadRequest,
+                    | BadRequest | Forbidden,
                 ) => Outcome::NotWritten,
                 Some(StaleSequence) => Outcome::Written,
                 _ => Outcome::Unknown,

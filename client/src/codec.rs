@@ -147,6 +147,10 @@ pub enum ErrorCode {
     /// A well-formed frame with a bad field (a stream name that is empty, too long or not
     /// UTF-8; an unknown expected-version kind). Nothing was done; the connection stays.
     BadRequest = 23,
+    /// The policy (`--authz`) does not let this connection's principal do this; the
+    /// message names the operation and the resource. Nothing was done; the connection
+    /// stays.
+    Forbidden = 24,
 }
 
 impl ErrorCode {
@@ -176,6 +180,7 @@ impl ErrorCode {
             21 => WrongExpectedVersion,
             22 => WrongShard,
             23 => BadRequest,
+            24 => Forbidden,
             _ => return None,
         })
     }

@@ -59,6 +59,24 @@ impl Op {
             _ => None,
         }
     }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Op::Append => "append",
+            Op::Read => "read",
+            Op::Admin => "admin",
+        }
+    }
+}
+
+impl std::fmt::Display for Resource<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Resource::Shard => write!(f, "the shard"),
+            Resource::Stream(n) => write!(f, "stream {n:?}"),
+            Resource::Prefix(p) => write!(f, "streams with prefix {p:?}"),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -163,6 +181,81 @@ impl Policy {
 
     pub fn grants(&self) -> usize {
         self.grants.len()
+    }
+
+    /// What `principal` may do, compiled once so that a check walks only its own
+    /// prefixes: `rights(p).allows(op, r) == allows(p, op, r)` for every `op` and `r`.
+    pub fn rights(&self, principal: &str) -> Rights {
+        let mut r = Rights::default();
+        for g in self.grants.iter().filter(|g| g.principals.iter().any(|p| p == "*" || p == principal)) {
+            for op in &g.ops {
+                let s = r.scope_mut(*op);
+                s.shards |= g.shards;
+                s.prefixes.extend(g.streams.iter().cloned());
+            }
+        }
+        for s in [&mut r.append, &mut r.read, &mut r.admin] {
+            s.minimise();
+        }
+        r
+    }
+}
+
+/// One principal's rights under a policy.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Rights {
+    append: Scope,
+    read: Scope,
+    admin: Scope,
+}
+
+/// What one operation may touch: whole shards, and streams under some prefixes (none of
+/// them a prefix of another).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Scope {
+    shards: bool,
+    prefixes: Vec<String>,
+}
+
+impl Scope {
+    fn minimise(&mut self) {
+        self.prefixes.sort();
+        self.prefixes.dedup();
+        // Sorted, a prefix comes right before the names it covers.
+        let mut kept: Vec<String> = Vec::with_capacity(self.prefixes.len());
+        for p in self.prefixes.drain(..) {
+            if !kept.last().is_some_and(|k| p.starts_with(k.as_str())) {
+                kept.push(p);
+            }
+        }
+        self.prefixes = kept;
+    }
+}
+
+impl Rights {
+    fn scope_mut(&mut self, op: Op) -> &mut Scope {
+        match op {
+            Op::Append => &mut self.append,
+            Op::Read => &mut self.read,
+            Op::Admin => &mut self.admin,
+        }
+    }
+
+    pub fn allows(&self, op: Op, r: Resource<'_>) -> bool {
+        let s = match op {
+            Op::Append => &self.append,
+            Op::Read => &self.read,
+            Op::Admin => &self.admin,
+        };
+        match r {
+            Resource::Shard => s.shards,
+            Resource::Stream(name) | Resource::Prefix(name) => s.prefixes.iter().any(|p| name.starts_with(p.as_str())),
+        }
+    }
+
+    /// No grant at all (a principal the policy does not name).
+    pub fn none(&self) -> bool {
+        *self == Rights::default()
     }
 }
 
@@ -300,8 +393,11 @@ mod tests {
                 let (w, op) = (who[rng.gen_range(0..3)], ops[rng.gen_range(0..3)]);
                 let name = format!("{}{}", ["a", "b", "c"][rng.gen_range(0..3)], word(&mut rng));
                 let prefix = word(&mut rng);
+                let rights = p.rights(w);
                 for r in [Resource::Shard, Resource::Stream(&name), Resource::Prefix(&prefix)] {
-                    assert_eq!(p.allows(w, op, r), reference(&rules, w, op, r), "{text}\n{w} {op:?} {r:?}");
+                    let want = reference(&rules, w, op, r);
+                    assert_eq!(p.allows(w, op, r), want, "{text}\n{w} {op:?} {r:?}");
+                    assert_eq!(rights.allows(op, r), want, "compiled: {text}\n{w} {op:?} {r:?}");
                 }
             }
         }

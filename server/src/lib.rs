@@ -8,6 +8,7 @@
 //! plus [`certs`], [`inspect`], [`cli`], [`metrics`], [`cpus`] (executor placement); [`sync`] and [`watchdog`] are the
 //! executor-local wake-up and timeout primitives both planes (and the load generator) use.
 
+pub mod access;
 pub mod authz;
 pub mod backup;
 pub mod boot;
@@ -26,6 +27,7 @@ pub mod logging;
 pub mod metrics;
 pub mod net;
 pub mod node;
+pub mod principal;
 pub mod producers;
 pub mod quickstart;
 pub mod replica;

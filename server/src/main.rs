@@ -30,6 +30,11 @@ enum Cmd {
         /// Extra DNS names / IPs for the node certificates (localhost, 127.0.0.1 always).
         #[arg(long = "name")]
         names: Vec<String>,
+        /// Also issue `client-NAME.pem`/`.key` with common name NAME (the principal under
+        /// the default `--principal-from cn`). With a CA already in --out, only these
+        /// are written, signed by it.
+        #[arg(long = "client")]
+        clients: Vec<String>,
     },
     /// Append events; prints `shard offset` per event (`shard offset version` with
     /// --stream). `-` reads one event per stdin line.
@@ -272,9 +277,22 @@ struct ServeArgs {
     /// Plaintext on every port. Never in production.
     #[arg(long)]
     insecure: bool,
+    /// Authorization policy (TOML; docs/operations.md, Security): deny by default, the
+    /// grants in the file allowed. Reloaded on change and on SIGHUP. Without it every
+    /// client certificate has every right. Needs mTLS.
+    #[arg(long)]
+    authz: Option<PathBuf>,
+    /// How a client certificate names its principal: rules tried in order, comma-separated
+    /// (`cn`, `dns`, `dns:SUFFIX`, `uri`, `uri:PREFIX`).
+    #[arg(long, default_value = "cn")]
+    principal_from: String,
     /// Serve Prometheus /metrics and /health here.
     #[arg(long)]
     metrics_listen: Option<SocketAddr>,
+    /// Serve --metrics-listen over HTTPS with the client port's certificate, and require
+    /// a client certificate signed by the client CA (default: plain HTTP; firewall it).
+    #[arg(long)]
+    metrics_tls: bool,
     /// Segment file size (preallocated).
     #[arg(long, default_value_t = 256 * 1024 * 1024)]
     segment_bytes: u64,
@@ -376,6 +394,14 @@ fn serve_config(a: ServeArgs) -> Result<ServeConfig, String> {
         _ => return Err("--repl-cert, --repl-key and --repl-ca go together".into()),
     };
     corelog_server::cli::check_segment_bytes(a.segment_bytes)?;
+    let mapping = corelog_server::principal::Mapping::parse(&a.principal_from)?;
+    let authz = match (a.authz, &tls) {
+        (None, _) => None,
+        (Some(_), None) => {
+            return Err("--authz needs mTLS: principals come from client certificates (drop --insecure)".into())
+        }
+        (Some(path), Some(_)) => Some(std::sync::Arc::new(corelog_server::access::Authz::load(&path, mapping)?)),
+    };
     let age = match a.retain_hours {
         None => None,
         Some(h) if h.is_finite() && h > 0.0 && h < 1e6 => Some(Duration::from_secs_f64(h * 3600.0)),
@@ -400,8 +426,14 @@ fn serve_config(a: ServeArgs) -> Result<ServeConfig, String> {
         leader_addr: a.leader_addr,
         tls,
         repl_tls,
+        authz,
         repl_peer: corelog_server::net::peer::PeerName::new(&a.repl_peer_name)?,
         metrics_listen: a.metrics_listen,
+        metrics_tls: match (a.metrics_tls, a.metrics_listen.is_some(), a.insecure) {
+            (true, false, _) => return Err("--metrics-tls needs --metrics-listen".into()),
+            (true, _, true) => return Err("--metrics-tls cannot be combined with --insecure".into()),
+            (m, ..) => m,
+        },
         segment_bytes: a.segment_bytes,
         ack_timeout: Duration::from_millis(a.ack_timeout_ms),
         io_memory: a.io_memory,
@@ -480,8 +512,7 @@ fn main() {
             corelog_server::logging::init(a.log_format);
             serve_config(*a).and_then(node::serve)
         }
-        Cmd::Certs { out, names } => certs::generate(&out, &names)
-            .map(|_| println!("wrote CA, server, follower and client certificates to {}", out.display())),
+        Cmd::Certs { out, names, clients } => certs::generate(&out, &names, &clients).map(|said| println!("{said}")),
         Cmd::Append { conn, idem, stream, payloads } => cli::append(&conn, &idem, &stream, &payloads),
         Cmd::Read { conn, stream: Some(name), from_version, limit, hex, .. } => {
             cli::read_stream(&conn, &name, from_version, limit, hex)
@@ -521,6 +552,8 @@ fn main() {
         } else {
             eprintln!("corelog: error: {e}");
         }
-        std::process::exit(1);
+        // EX_NOPERM: the policy refused (a script can tell it from a failure).
+        let forbidden = format!("server error {} Forbidden", corelog_client::codec::ErrorCode::Forbidden as u16);
+        std::process::exit(if e.contains(&forbidden) { 77 } else { 1 });
     }
 }

@@ -2,7 +2,7 @@
 //! only touches uncontended atomics; `/metrics` and `/health` served by small threads.
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -229,11 +229,15 @@ const MAX_HTTP_LINE: u64 = 8 * 1024;
 /// one thread per request, at most `MAX_HTTP_CONCURRENT` at once, each bounded by
 /// `HTTP_IO_TIMEOUT` for reading and for writing: a scraper that stops reading cannot
 /// keep `/health` from answering.
+/// `/metrics` and `/health` on `addr`: plain HTTP, or HTTPS with a client certificate
+/// required when `tls` is given (`--metrics-tls`: the client port's configuration, so
+/// the same CA and the same certificate rotation).
 pub fn serve(
     addr: SocketAddr,
     handle: PrometheusHandle,
     ctl: Arc<ControlCell>,
     data_dir: PathBuf,
+    tls: Option<crate::net::tls::Live<rustls::ServerConfig>>,
 ) -> std::io::Result<SocketAddr> {
     let data_dir = Arc::new(data_dir);
     let l = TcpListener::bind(addr)?;
@@ -247,8 +251,20 @@ pub fn serve(
                 continue; // dropped: closed at once
             }
             let (handle, ctl, slot, dir) = (handle.clone(), ctl.clone(), busy.clone(), data_dir.clone());
+            let tls = tls.clone();
             let spawned = std::thread::Builder::new().name("metrics-req".into()).spawn(move || {
-                answer(&s, &handle, &ctl, &dir);
+                let _ = s.set_read_timeout(Some(HTTP_IO_TIMEOUT));
+                let _ = s.set_write_timeout(Some(HTTP_IO_TIMEOUT));
+                match tls.map(|t| rustls::ServerConnection::new(t.current())) {
+                    None => answer(&mut &s, &handle, &ctl, &dir),
+                    Some(Ok(c)) => {
+                        let mut stream = rustls::StreamOwned::new(c, s);
+                        answer(&mut stream, &handle, &ctl, &dir);
+                        stream.conn.send_close_notify();
+                        let _ = stream.flush();
+                    }
+                    Some(Err(e)) => log::warn!("metrics: TLS session: {e}"),
+                }
                 slot.fetch_sub(1, Ordering::AcqRel);
             });
             if spawned.is_err() {
@@ -260,10 +276,8 @@ pub fn serve(
     Ok(local)
 }
 
-fn answer(s: &TcpStream, handle: &PrometheusHandle, ctl: &ControlCell, data_dir: &Path) {
-    let _ = s.set_read_timeout(Some(HTTP_IO_TIMEOUT));
-    let _ = s.set_write_timeout(Some(HTTP_IO_TIMEOUT));
-    let mut r = BufReader::new(s.take(MAX_HTTP_LINE * 101));
+fn answer(s: &mut (impl Read + Write), handle: &PrometheusHandle, ctl: &ControlCell, data_dir: &Path) {
+    let mut r = BufReader::new(Read::by_ref(s).take(MAX_HTTP_LINE * 101));
     let mut line = String::new();
     if r.read_line(&mut line).is_err() {
         return;
@@ -282,8 +296,8 @@ fn answer(s: &TcpStream, handle: &PrometheusHandle, ctl: &ControlCell, data_dir:
         "/health" => ("503 Service Unavailable", "starting\n".to_string()),
         _ => ("404 Not Found", "not found\n".to_string()),
     };
-    let mut w = s;
-    let _ = write!(w, "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
+    drop(r);
+    let _ = write!(s, "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
 }
 
 #[cfg(test)]

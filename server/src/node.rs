@@ -46,9 +46,14 @@ pub struct ServeConfig {
     pub leader_addr: Option<String>,
     pub tls: Option<TlsFiles>,
     pub repl_tls: Option<TlsFiles>,
+    /// The authorization policy (`--authz`); None: every client certificate may do all.
+    pub authz: Option<Arc<crate::access::Authz>>,
     /// The name a replication peer's certificate must carry (`net::peer`).
     pub repl_peer: crate::net::peer::PeerName,
     pub metrics_listen: Option<SocketAddr>,
+    /// Serve `--metrics-listen` over TLS with the client port's certificates, a client
+    /// certificate required.
+    pub metrics_tls: bool,
     pub segment_bytes: u64,
     pub ack_timeout: Duration,
     pub io_memory: usize,
@@ -89,8 +94,10 @@ impl ServeConfig {
             leader_addr: None,
             tls: None,
             repl_tls: None,
+            authz: None,
             repl_peer: crate::net::peer::PeerName::new(crate::net::peer::DEFAULT_PEER_NAME).expect("a valid name"),
             metrics_listen: None,
+            metrics_tls: false,
             segment_bytes,
             ack_timeout: d(10_000),
             io_memory: 512 * 1024,
@@ -190,8 +197,26 @@ pub fn serve(mut cfg: ServeConfig) -> Result<(), String> {
             _ => None,
         },
         peer: cfg.repl_peer.clone(),
+        authz: cfg.authz.clone(),
     }
     .spawn()?;
+    match &cfg.authz {
+        Some(a) => log::info!(
+            "authorization: policy {} in force ({} grants; deny by default)",
+            a.path.display(),
+            a.grants()
+        ),
+        None if cfg.tls.is_some() => log::warn!(
+            "authorization: no --authz policy: every certificate the client CA signed may append, read and trim everything"
+        ),
+        None => {}
+    }
+    if cfg.tls.is_some() && cfg.repl_tls.is_none() && cfg.role != NodeRole::Standalone {
+        log::warn!(
+            "replication: no --repl-ca, so the replication port trusts the client CA; a peer is told from an application by the name --repl-peer-name `{}` alone (a separate replication CA is stronger)",
+            cfg.repl_peer.name()
+        );
+    }
     if client_tls.is_some() || repl_server.is_some() {
         // Probed once here (a throwaway loopback socket per cipher), before any shard.
         log::info!("{}", crate::net::ktls::status_line());
@@ -199,8 +224,14 @@ pub fn serve(mut cfg: ServeConfig) -> Result<(), String> {
     let handle = metrics::install();
     let metrics_addr = match cfg.metrics_listen {
         Some(a) => Some(
-            metrics::serve(a, handle, ctl.clone(), cfg.data_dir.clone())
-                .map_err(|e| format!("metrics listen {a}: {e}"))?,
+            metrics::serve(
+                a,
+                handle,
+                ctl.clone(),
+                cfg.data_dir.clone(),
+                client_tls.clone().filter(|_| cfg.metrics_tls),
+            )
+            .map_err(|e| format!("metrics listen {a}: {e}"))?,
         ),
         None => None,
     };
@@ -467,6 +498,7 @@ pub async fn open_shard(place: Place, cfg: &ServeConfig) -> Result<(Rc<Shard>, S
         ctl: place.ctl,
         slot: place.slot,
         retain: cfg.retain,
+        authz: cfg.authz.clone(),
     };
     let metrics = ShardMetrics::new(id);
     let any_tls = cfg.tls.is_some() || cfg.repl_tls.is_some();

@@ -187,6 +187,8 @@ pub struct ShardConfig {
     pub slot: usize,
     /// Which old segments to delete (`--retain-bytes`, `--retain-hours`).
     pub retain: crate::retention::Policy,
+    /// Who may do what on the client port (`access`); None: everything is allowed.
+    pub authz: Option<Arc<crate::access::Authz>>,
 }
 
 pub struct Shard {

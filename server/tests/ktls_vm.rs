@@ -38,7 +38,7 @@ fn require_kernel() -> bool {
 
 fn configs(tag: &str) -> (Arc<rustls::ServerConfig>, Arc<rustls::ClientConfig>) {
     let dir = std::env::temp_dir().join(format!("corelog-ktls-{tag}-{}", std::process::id()));
-    corelog_server::certs::generate(&dir, &[]).unwrap();
+    corelog_server::certs::generate(&dir, &[], &[]).unwrap();
     let scfg = tls::server_config(&dir.join("server.pem"), &dir.join("server.key"), &dir.join("ca.pem")).unwrap();
     let ccfg = Arc::new(
         corelog_client::tls::client_config(

@@ -50,6 +50,7 @@ PROVOKED = {
     ErrorCode.WRONG_SHARD: "test_wrong_shard",
     ErrorCode.BAD_REQUEST: "test_bad_request",
     ErrorCode.SHUTTING_DOWN: "test_shutting_down",
+    ErrorCode.FORBIDDEN: "test_forbidden",
 }
 #: Defined but not provoked here (see the module docstring for why).
 NOT_PROVOKED = {
@@ -440,6 +441,27 @@ def test_bad_request(pair: Pair) -> None:
             cl.append_to("", b"x")
         with pytest.raises(corelog.InvalidArgument):
             cl.append_to("n" * 256, b"x")
+
+
+def test_forbidden(make_pair, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # The test certificate's principal (its common name) may append to order-* only.
+    policy = tmp_path / "authz.toml"
+    policy.write_text('[[grant]]\nprincipals = ["corelog client"]\nops = ["append", "read"]\nstreams = ["order-"]\n')
+    pair = make_pair(leader_extra=("--authz", str(policy)))
+    with _raw(pair, _leader_shard_port(pair, 0)) as c:
+        c.hello()
+        c.send(Append(b"plain").encode(1))
+        code, msg = error_of(c.response())
+        assert code == ErrorCode.FORBIDDEN and "may not append the shard" in msg, msg
+        c.send(Trim(0, 1).encode(2))  # the connection stayed open
+        code, msg = error_of(c.response())
+        assert code == ErrorCode.FORBIDDEN and "may not admin the shard" in msg, msg
+    with corelog.Client(pair.addrs, certs=str(pair.certs)) as cl:
+        with pytest.raises(corelog.Forbidden) as e:
+            cl.append_to("pay-1", b"x")
+        assert e.value.outcome == corelog.NOT_WRITTEN and 'stream "pay-1"' in e.value.message
+        cl.append_to("order-1", b"allowed")
+        assert [ev.payload for ev in cl.read_stream("order-1").events] == [b"allowed"]
 
 
 def test_replication_timeout(make_pair) -> None:  # type: ignore[no-untyped-def]

@@ -18,6 +18,8 @@ use corelog_client::record::{self, check_stream_name};
 use glommio::net::TcpStream;
 
 use super::tls_io::{self, Writer};
+use crate::access::Access;
+use crate::authz::{Op, Resource};
 use crate::shard::{AckForm, AppendReq, ConnOut, Refused, Shard, Taken};
 use crate::streamread::Found;
 use crate::sync::deadline;
@@ -45,7 +47,14 @@ pub async fn serve(shard: Rc<Shard>, sock: TcpStream, tls: Option<Box<rustls::Co
     // The TLS handshake and the first frame (`Hello`) must arrive by then: a silent or
     // half-open connection cannot hold a socket and its buffers for ever.
     let hello_by = Instant::now() + shard.cfg.handshake_timeout;
-    let handshake = Box::pin(tls_io::establish_as(sock, tls.map(|c| *c), "client"));
+    let peer = shard.cfg.authz.as_ref().and_then(|_| sock.peer_addr().ok());
+    let mut principal = None;
+    let seen = |der: &[u8]| {
+        if let Some(a) = &shard.cfg.authz {
+            principal = a.mapping.principal(der);
+        }
+    };
+    let handshake = Box::pin(tls_io::establish_seen(sock, tls.map(|c| *c), "client", seen));
     let (mut rd, wr) = match deadline(hello_by, handshake).await {
         Some(Ok(x)) => x,
         Some(Err(_)) => {
@@ -69,7 +78,9 @@ pub async fn serve(shard: Rc<Shard>, sock: TcpStream, tls: Option<Box<rustls::Co
         shard.closing(&greeted).await;
         Ok(())
     };
-    let result = futures_lite::future::or(read_loop(&shard, &mut rd, &out, hello_by, &greeted), closing).await;
+    let mut access = shard.cfg.authz.as_ref().map(|_| Box::new(Access::new(principal, peer)));
+    let conn = Conn { hello_by, greeted: &greeted, access: &mut access };
+    let result = futures_lite::future::or(read_loop(&shard, &mut rd, &out, conn), closing).await;
     match result {
         Err((code, msg, req_id)) => out.push_error(req_id, code, &msg),
         // The client closed its sending side: what it sent is still answered (every
@@ -89,13 +100,41 @@ pub async fn serve(shard: Rc<Shard>, sock: TcpStream, tls: Option<Box<rustls::Co
 
 type Fail = (ErrorCode, String, u64);
 
-async fn read_loop(
-    shard: &Rc<Shard>,
-    rd: &mut tls_io::Reader,
-    out: &Rc<ConnOut>,
+/// What `read_loop` knows of its connection besides the shard and the streams.
+struct Conn<'a> {
     hello_by: Instant,
-    greeted: &Cell<Option<Role>>,
-) -> Result<(), Fail> {
+    greeted: &'a Cell<Option<Role>>,
+    /// The principal and its rights, when a policy is in force (boxed: most nodes run
+    /// without one, and every connection's future would carry it inline).
+    access: &'a mut Option<Box<Access>>,
+}
+
+/// Ok when the connection may make `req` (always without a policy); else the `Forbidden`
+/// refusal. A stream name that is not UTF-8 is checked in its lossy form (the request is
+/// refused for that name anyway).
+fn permit(shard: &Shard, access: &mut Option<Box<Access>>, req: &Request<'_>) -> Result<(), Refused> {
+    let (Some(authz), Some(access)) = (&shard.cfg.authz, access.as_mut()) else { return Ok(()) };
+    let lossy = |n| Some(String::from_utf8_lossy(n));
+    // The operation, the stream name (None: the shard) and whether it is a prefix.
+    let (op, name, prefix) = match req {
+        Request::Hello { .. } => return Ok(()),
+        Request::Append { .. } | Request::Append2 { stream: None, .. } => (Op::Append, None, false),
+        Request::Append2 { stream: Some(s), .. } => (Op::Append, lossy(s.name), false),
+        Request::ReadStream { name, .. } => (Op::Read, lossy(name), false),
+        Request::Subscribe { stream, name, .. } => (Op::Read, lossy(name), !stream),
+        Request::Read { .. } | Request::Tail { .. } => (Op::Read, None, false),
+        Request::Trim { .. } => (Op::Admin, None, false),
+    };
+    let r = match &name {
+        None => Resource::Shard,
+        Some(n) if prefix => Resource::Prefix(n),
+        Some(n) => Resource::Stream(n),
+    };
+    access.check(authz, op, r).map_err(|msg| Refused::Error(ErrorCode::Forbidden, msg))
+}
+
+async fn read_loop(shard: &Rc<Shard>, rd: &mut tls_io::Reader, out: &Rc<ConnOut>, conn: Conn<'_>) -> Result<(), Fail> {
+    let Conn { hello_by, greeted, access } = conn;
     let mut said_hello = false;
     let mut version = 0u16;
     loop {
@@ -116,6 +155,12 @@ async fn read_loop(
                 // not served (nothing written); the connection closes like a restarted
                 // follower's would, and the client reconnects to the leader.
                 return Ok(());
+            }
+            if let Err(refused) = permit(shard, access, &req) {
+                // Answered in order, and the connection stays: nothing was done.
+                answer_later(shard, out, (req_id, version), refused).await;
+                rd.consume(used);
+                continue;
             }
             match req {
                 Request::Hello { version: v } => {

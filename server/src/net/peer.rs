@@ -30,6 +30,10 @@ impl PeerName {
         Ok(PeerName(n))
     }
 
+    pub fn name(&self) -> String {
+        self.0.to_str().into_owned()
+    }
+
     /// Ok when `cert` names the peer; else logs the refusal, counts it, and returns the
     /// handshake error.
     fn check(&self, cert: &CertificateDer<'_>, side: &str) -> Result<(), rustls::Error> {

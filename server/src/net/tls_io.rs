@@ -129,6 +129,17 @@ pub async fn establish_as(
     tls: Option<rustls::Connection>,
     kind: &'static str,
 ) -> io::Result<(Reader, Writer)> {
+    establish_seen(sock, tls, kind, |_| ()).await
+}
+
+/// `establish_as`, handing the peer's end-entity certificate (DER) to `seen` once the
+/// handshake has verified it.
+pub async fn establish_seen(
+    sock: TcpStream,
+    tls: Option<rustls::Connection>,
+    kind: &'static str,
+    seen: impl FnOnce(&[u8]),
+) -> io::Result<(Reader, Writer)> {
     let sock: Sock = Rc::new(RefCell::new(sock));
     if let Some(mut c) = tls {
         let mut out = Vec::new();
@@ -164,6 +175,9 @@ pub async fn establish_as(
                     Some(Err(e)) => return Err(e),
                 }
             }
+        }
+        if let Some(cert) = c.peer_certificates().and_then(|certs| certs.first()) {
+            seen(cert.as_ref());
         }
         while c.wants_write() {
             c.write_tls(&mut out)?;

@@ -146,7 +146,7 @@ pub fn run(a: Args) -> Result<(), String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let root = super::root(&a)?;
     let certs = root.join("certs");
-    crate::certs::generate(&certs, &[])?;
+    crate::certs::generate(&certs, &[], &[])?;
     let l = Layout { base: a.port };
     let _etcd = start_etcd(&root, &l)?;
     let log = |i: usize| root.join(format!("{}.log", IDS[i]));

@@ -117,7 +117,7 @@ pub fn run(a: Args) -> Result<(), String> {
     let loadgen = sibling("corelog-loadgen")?;
     let root = root(&a)?;
     let certs = root.join("certs");
-    crate::certs::generate(&certs, &[])?;
+    crate::certs::generate(&certs, &[], &[])?;
     let c = |f: &str| certs.join(f).display().to_string();
     let p = a.port;
     let node = |role: &str, dir: &str, listen: u16, repl: u16, metrics: u16, cert: &str| -> Vec<String> {

@@ -140,6 +140,7 @@ class ErrorCode(enum.IntEnum):
     WRONG_EXPECTED_VERSION = 21
     WRONG_SHARD = 22
     BAD_REQUEST = 23
+    FORBIDDEN = 24
 
 
 class Role(enum.IntEnum):

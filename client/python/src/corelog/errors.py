@@ -29,6 +29,7 @@ __all__ = [
     "BadVersion", "NotLeader", "NoSuchShard", "OutOfRange", "ReplicationTimeout", "Overloaded", "Fenced",
     "ShuttingDown", "Internal", "BadHandshake", "Unexpected", "Unavailable", "Diverged", "OutcomeUnknown",
     "SequenceGap", "UnknownProducer", "StaleSequence", "WrongExpectedVersion", "WrongShard", "BadRequest",
+    "Forbidden",
     "Unreachable", "NotSent", "ConnectionClosed", "RequestTimeout", "Abandoned", "ProtocolError", "ProducerStopped",
     "InvalidArgument", "ConfigError", "ClientClosed", "Cancelled", "error_for_code", "SERVER_ERRORS",
 ]
@@ -237,13 +238,21 @@ class BadRequest(ServerError):
     outcome = NOT_WRITTEN
 
 
+class Forbidden(ServerError):
+    """24: the server's policy (``--authz``) does not let this certificate's principal do
+    this; the message names the operation and the resource. Nothing done; not retried."""
+
+    code = ErrorCode.FORBIDDEN
+    outcome = NOT_WRITTEN
+
+
 SERVER_ERRORS: Dict[int, Type[ServerError]] = {
     cls.code: cls  # type: ignore[misc]
     for cls in (
         BadFrame, UnknownOpcode, TooLarge, BadVersion, NotLeader, NoSuchShard, OutOfRange,
         ReplicationTimeout, Overloaded, Fenced, ShuttingDown, Internal, BadHandshake, Unexpected,
         Unavailable, Diverged, OutcomeUnknown, SequenceGap, UnknownProducer, StaleSequence,
-        WrongExpectedVersion, WrongShard, BadRequest,
+        WrongExpectedVersion, WrongShard, BadRequest, Forbidden,
     )
 }
 
