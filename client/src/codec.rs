@@ -96,6 +96,7 @@ pub mod op {
     pub const TRIMMED: u8 = 0x86;
     pub const REPL_WELCOME: u8 = 0x90;
     pub const REPL_BATCH: u8 = 0x91;
+    pub const REPL_SEED: u8 = 0x92;
     pub const ERROR: u8 = 0xFF;
 }
 
@@ -1036,6 +1037,17 @@ pub enum Repl<'a> {
         last_epoch: u32,
         last_crc: u32,
     },
+    /// Leader → follower, instead of `Welcome`, to a follower that holds no record and
+    /// ends below the leader's first offset (retention deleted what it would need): one
+    /// piece of the leader's index snapshot at `first_offset` (docs/format.md §8), bytes
+    /// `at .. at + bytes.len()` of `total`. The follower stores it, starts its log at
+    /// `first_offset`, and joins again (docs/protocol.md §8, "Seeding").
+    Seed {
+        first_offset: u64,
+        total: u64,
+        at: u64,
+        bytes: &'a [u8],
+    },
     /// Leader → follower when it has shipped nothing for a while: the follower answers
     /// with an `Ack` of its durable end. Either side drops a link silent for too long.
     Ping,
@@ -1069,6 +1081,14 @@ impl<'a> Repl<'a> {
                     return Err(CodecError::PayloadTooLarge(b.rest.len()));
                 }
                 return Ok(Repl::Batch { epoch, first_offset, count, records: b.rest });
+            }
+            op::REPL_SEED => {
+                let (first_offset, total, at) = (b.u64()?, b.u64()?, b.u64()?);
+                let bytes = b.rest;
+                if bytes.len() > MAX_REPL_BATCH_BYTES || at.checked_add(bytes.len() as u64).is_none_or(|e| e > total) {
+                    return Err(CodecError::BadBody { op: op::REPL_SEED, reason: "a piece outside the snapshot" });
+                }
+                return Ok(Repl::Seed { first_offset, total, at, bytes });
             }
             op::REPL_ACK => Repl::Ack { next_offset: b.u64()? },
             op::REPL_PING => Repl::Ping,
@@ -1107,6 +1127,15 @@ impl<'a> Repl<'a> {
                 out.extend_from_slice(&first_offset.to_le_bytes());
                 out.extend_from_slice(&count.to_le_bytes());
                 out.extend_from_slice(records);
+                finish_frame(out, at);
+            }
+            Repl::Seed { first_offset, total, at: from, bytes } => {
+                assert!(bytes.len() <= MAX_REPL_BATCH_BYTES, "seed piece too large");
+                let at = begin_frame(out, op::REPL_SEED, 0);
+                out.extend_from_slice(&first_offset.to_le_bytes());
+                out.extend_from_slice(&total.to_le_bytes());
+                out.extend_from_slice(&from.to_le_bytes());
+                out.extend_from_slice(bytes);
                 finish_frame(out, at);
             }
             Repl::Ack { next_offset } => {
@@ -1274,6 +1303,7 @@ mod tests {
             Repl::Welcome { epoch: 3, truncate_to: 8, common_epoch: 2 },
             Repl::Batch { epoch: 3, first_offset: 10, count: 1, records: b"xyz" },
             Repl::Ack { next_offset: 11 },
+            Repl::Seed { first_offset: 500, total: 10, at: 4, bytes: b"snap.." },
             Repl::Joined { next_offset: 11, last_epoch: 3, last_crc: 0xdead_beef },
             Repl::Ping,
             Repl::Error { code: 10, message: "stale epoch" },
@@ -1284,6 +1314,11 @@ mod tests {
             let (f, _) = decode_frame(&out).unwrap().unwrap();
             assert_eq!(Repl::parse(&f).unwrap(), r);
         }
+        // A seed piece past the snapshot's end is refused.
+        let mut out = Vec::new();
+        Repl::Seed { first_offset: 500, total: 10, at: 5, bytes: b"snap.." }.encode(&mut out);
+        let (f, _) = decode_frame(&out).unwrap().unwrap();
+        assert!(matches!(Repl::parse(&f), Err(CodecError::BadBody { op: op::REPL_SEED, .. })));
     }
 
     #[test]

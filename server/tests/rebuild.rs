@@ -17,7 +17,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::coord::{cluster, run_for};
-use common::pair::{assert_same_logs, pair, wait_caught_up, wait_log};
+use common::pair::{assert_same_logs, pair, promoted, wait_caught_up, wait_log};
 use common::*;
 use corelog_client::ClientConfig;
 
@@ -105,6 +105,71 @@ fn an_empty_follower_is_rebuilt_from_the_leader_paced_reported_and_resumed() {
     p.leader.kill9();
     p.follower.kill9();
     assert_same_logs(&p.leader.data, &p.follower.data);
+}
+
+/// Retention has deleted the leader's first segments: a follower started empty is seeded
+/// with the leader's index snapshot, restarts at the leader's first offset and is caught
+/// up from there; killed -9 right after the seed, it comes back at that offset. Its log
+/// then equals the leader's, and taking over, it continues a stream whose first events
+/// only the snapshot remembers.
+#[test]
+fn an_empty_follower_of_a_trimmed_leader_is_seeded_with_its_snapshot_and_caught_up() {
+    use corelog_client::codec::{ErrorCode, Expect};
+    use corelog_client::Client;
+    let dir = TempDir::new("rebuild_seed");
+    let extra = ["--shard-count", "1", "--repl-memory-bytes", "65536"];
+    let mut p = pair(&dir, None, &extra);
+    p.follower.start();
+    p.leader.start();
+    let rt = runtime();
+    let cfg = ClientConfig::insecure();
+    let addr = p.leader.addr();
+    let c = rt.block_on(Client::connect(&addr, &cfg)).unwrap();
+    for s in 0..20 {
+        rt.block_on(c.append_to(&format!("early-{s}"), Expect::NoStream, b"first event")).unwrap();
+    }
+    let acked = Acked::default();
+    // About 12 MB of plain records: three 4 MiB segments behind the stream events.
+    assert_eq!(rt.block_on(load_sized(&addr, &cfg, 4, 700, "s", 4096, &acked)), 0);
+    wait_caught_up(&p, Duration::from_secs(30));
+    let first = rt.block_on(c.trim(0, 1_400)).unwrap();
+    assert!(first > 20, "the trim kept the first segment (first offset {first})");
+
+    p.follower.kill9();
+    std::fs::remove_dir_all(&p.follower.data).unwrap();
+    p.follower.spawn();
+    wait_log(&p.leader, &format!("seeding it with the index snapshot at {first}"));
+    wait_log(&p.follower, &format!("seeded from the leader at offset {first}"));
+    // Killed -9 at once: it comes back at `first` (or empty, and is seeded again).
+    p.follower.kill9();
+    p.follower.start();
+    wait_caught_up(&p, Duration::from_secs(60));
+    let log = p.follower.log_text();
+    assert!(log.contains(&format!("from offset {first}")), "{log}");
+
+    // Every acknowledged record at or above `first` reads back from the follower.
+    let back = rt.block_on(read_from(&p.follower.addr(), &cfg, 0, first));
+    assert_eq!(back.first().map(|r| r.offset), Some(first));
+    let mut checked = 0;
+    for (pos, payload) in acked.lock().unwrap().iter().filter(|(pos, _)| pos.offset >= first) {
+        let r = back.get((pos.offset - first) as usize).unwrap_or_else(|| panic!("acked {pos:?} missing"));
+        assert_eq!(&r.payload, payload, "acked {pos:?} differs");
+        checked += 1;
+    }
+    assert!(checked > 1000, "only {checked} acknowledged records above the trim");
+    p.leader.kill9();
+    p.follower.kill9();
+    assert_same_logs(&p.leader.data, &p.follower.data);
+
+    // The seeded node takes over: the trimmed streams go on at version 1.
+    let mut q = promoted(&p, &extra);
+    q.follower.start();
+    q.leader.start();
+    let c = rt.block_on(Client::connect(&q.leader.addr(), &cfg)).unwrap();
+    let e = rt.block_on(c.append_to("early-3", Expect::NoStream, b"again")).unwrap_err();
+    assert_eq!(e.code(), Some(ErrorCode::WrongExpectedVersion), "{e}");
+    let next = rt.block_on(c.append_to("early-3", Expect::Exact(0), b"second event"));
+    assert_eq!(next.map(|a| a.version).map_err(|e| e.to_string()), Ok(1));
 }
 
 #[test]

@@ -600,6 +600,12 @@ fn restart(ctl: &ControlCell, why: &str) -> ! {
 /// [`restart`], also for the node's start-up (a leader whose shard turned out damaged).
 pub fn reexec(ctl: &ControlCell, why: &str) -> ! {
     log::info!("coordinator: {why}: re-executing to change role");
+    stop_and_exec(ctl)
+}
+
+/// Stops the data plane (every shard write finished) and re-executes this process with
+/// its arguments: also for a follower seeded by its leader (`replica::seed`), in any mode.
+pub fn stop_and_exec(ctl: &ControlCell) -> ! {
     ctl.stop();
     let until = Instant::now() + Duration::from_secs(5);
     while ctl.slots.iter().any(|s| s.writing.load(std::sync::atomic::Ordering::SeqCst)) {

@@ -12,7 +12,7 @@ use corelog_client::codec::{ErrorCode, Repl, Role, REPL_PROTOCOL_VERSION};
 use corelog_client::record;
 use glommio::net::{TcpListener, TcpStream};
 
-use super::{handshake, next_frame, parse};
+use super::{handshake, next_frame, parse, seed};
 use crate::control;
 use crate::net::tls;
 use crate::net::tls_io::{self, Writer};
@@ -145,8 +145,18 @@ async fn serve(
     wr.write(&out).await.map_err(|e| e.to_string())?;
     {
         let f = next_frame(&mut rd, &mut used).await?.ok_or("closed before Welcome")?;
-        let Repl::Welcome { epoch, truncate_to, common_epoch } = parse(&f)? else {
-            return Err("expected Welcome".into());
+        let (epoch, truncate_to, common_epoch) = match parse(&f)? {
+            Repl::Welcome { epoch, truncate_to, common_epoch } => (epoch, truncate_to, common_epoch),
+            Repl::Seed { first_offset, total, at: 0, bytes } => {
+                let first = (first_offset, total, bytes.to_vec());
+                if gen.get() != my_gen {
+                    return Err("superseded by a newer leader connection".into());
+                }
+                shard.adopt_epoch(dir, leader_epoch)?;
+                seed::receive(shard, &mut rd, &mut used, first, dir).await?;
+                crate::coord::stop_and_exec(&shard.cfg.ctl);
+            }
+            _ => return Err("expected Welcome".into()),
         };
         if epoch != leader_epoch {
             return Err(format!("Welcome epoch {epoch} differs from Hello epoch {leader_epoch}"));

@@ -44,10 +44,13 @@ pub fn follower_cut(follower: &History, truncate_to: u64, common_epoch: u32) -> 
 }
 
 /// Step 8, on the leader: the follower's last record must be ours. `ours` is the
-/// (epoch, CRC) of the leader's record at `follower_next - 1` (None for an empty log).
+/// (epoch, CRC) of the leader's record at `follower_next - 1` (None when the leader holds
+/// none there). A follower that holds no record reports (0, 0) — every real record has an
+/// epoch of 1 or more: an empty log, or one that starts at `follower_next` (seeded there,
+/// or trimmed to an empty segment); nothing of it can differ from ours.
 pub fn same_last_record(follower_next: u64, follower_last: (u32, u32), ours: Option<(u32, u32)>) -> Result<(), String> {
     match (follower_next, ours) {
-        (0, _) if follower_last == (0, 0) => Ok(()),
+        (_, _) if follower_last == (0, 0) => Ok(()),
         (0, _) => Err("an empty follower log reports a last record".into()),
         (_, Some(o)) if o == follower_last => Ok(()),
         (n, Some(o)) => Err(format!(
@@ -90,6 +93,8 @@ mod tests {
     #[test]
     fn last_record_check() {
         assert!(same_last_record(0, (0, 0), None).is_ok());
+        assert!(same_last_record(9, (0, 0), None).is_ok(), "a follower seeded at 9 holds no record");
+        assert!(same_last_record(9, (0, 0), Some((1, 2))).is_ok(), "a follower trimmed to 9 holds none");
         assert!(same_last_record(0, (1, 2), None).is_err());
         assert!(same_last_record(5, (1, 2), Some((1, 2))).is_ok());
         assert!(same_last_record(5, (1, 2), Some((1, 3))).unwrap_err().contains("record 4 differs"));

@@ -143,9 +143,23 @@ async fn link_once(shard: &Rc<Shard>, cfg: &LinkConfig) -> Result<(), String> {
                     return Err(fence(shard, &format!("follower has epoch {fe} > ours {epoch}")));
                 }
                 let first = shard.log.first_offset();
+                if next_offset < first && last_epoch == 0 {
+                    // It holds no record: seeded with our snapshot at `first`, it
+                    // restarts there and joins again (`seed`).
+                    log::info!(
+                        "shard {}: follower {} holds no record and ends at {next_offset}, below our first offset {first}: seeding it with the index snapshot at {first}",
+                        shard.id(),
+                        cfg.peer
+                    );
+                    let bytes = super::seed::send(shard, &mut wr, first).await?;
+                    wr.close().await;
+                    return Err(format!(
+                        "seeded the follower at offset {first} ({bytes} bytes of index snapshot); it restarts and joins again"
+                    ));
+                }
                 if next_offset < first {
                     let why = format!(
-                        "the follower's log ends at offset {next_offset}, below this leader's first offset {first} (retention deleted older segments): it cannot catch up; seed it anew (docs/operations.md §13)"
+                        "the follower's log ends at offset {next_offset}, below this leader's first offset {first} (retention deleted older segments): it cannot catch up; start it with an empty data directory to have it rebuilt from this leader (docs/operations.md §17)"
                     );
                     out.clear();
                     Repl::Error { code: ErrorCode::Diverged as u16, message: &why }.encode(&mut out);

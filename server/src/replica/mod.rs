@@ -15,6 +15,7 @@ pub mod leader;
 #[cfg(test)]
 mod model;
 pub mod recent;
+pub mod seed;
 
 use corelog_client::codec::{decode_frame, CodecError, Frame, Repl};
 

@@ -605,9 +605,13 @@ impl Log {
     }
 
     /// The identity (epoch, CRC) of the last record below `end` (≤ `next_offset()`), None
-    /// when `end` is 0: what the replication handshake compares between two logs.
+    /// when this log holds no record below `end` (it is 0, or at most the first offset:
+    /// a log seeded or trimmed there): what the replication handshake compares.
     pub async fn last_record_id(&self, end: u64) -> io::Result<Option<(u32, u32)>> {
-        let Some(offset) = end.checked_sub(1) else { return Ok(None) };
+        if end <= self.first_offset() {
+            return Ok(None);
+        }
+        let offset = end - 1;
         let (recs, count) = self.read(offset, end, 1).await?;
         if count != 1 {
             return Err(io::Error::new(io::ErrorKind::InvalidData, format!("record {offset} not found")));

@@ -480,15 +480,20 @@ pub fn load_until(
 
 /// Reads a whole shard from its direct port; checks offsets are gap-free from 0.
 pub async fn read_all(addr: &str, cfg: &ClientConfig, shard: u16) -> Vec<Record> {
+    read_from(addr, cfg, shard, 0).await
+}
+
+/// `read_all` of a log that starts at `first` (trimmed or seeded there).
+pub async fn read_from(addr: &str, cfg: &ClientConfig, shard: u16, first: u64) -> Vec<Record> {
     let c = Client::connect_shard(addr, shard, cfg).await.unwrap();
     let mut out: Vec<Record> = Vec::new();
     loop {
-        let recs = c.read(shard, out.len() as u64, 1 << 20).await.unwrap();
+        let recs = c.read(shard, first + out.len() as u64, 1 << 20).await.unwrap();
         if recs.is_empty() {
             return out;
         }
         for r in recs {
-            assert_eq!(r.offset, out.len() as u64, "gap in shard {shard}");
+            assert_eq!(r.offset, first + out.len() as u64, "gap in shard {shard}");
             out.push(r);
         }
     }
