@@ -1136,6 +1136,35 @@ impl Client {
             _ => Err(Error::Protocol("expected Trimmed".into())),
         }
     }
+
+    /// The node's first offset of `shard` and its index snapshot there (empty when the
+    /// log starts at 0), at most `max_bytes`: what a copy of the log from that offset
+    /// needs besides the records (docs/format.md §8).
+    pub async fn index_snapshot(&self, shard: u16, max_bytes: u64) -> Result<(u64, Vec<u8>), Error> {
+        let (mut out, mut first): (Vec<u8>, Option<u64>) = (Vec::new(), None);
+        loop {
+            let at = out.len() as u64;
+            let reply = self.request(&Request::IndexSnapshot { shard, at }).await?;
+            let Response::IndexSnapshotPiece { first_offset, total, at: got, bytes, .. } = reply.response()? else {
+                return Err(Error::Protocol("expected IndexSnapshotPiece".into()));
+            };
+            if total > max_bytes {
+                return Err(Error::Protocol(format!("an index snapshot of {total} bytes, above {max_bytes}")));
+            }
+            if got != at || (bytes.is_empty() && at < total) {
+                return Err(Error::Protocol(format!("snapshot piece at {got}, asked for {at} of {total}")));
+            }
+            if *first.get_or_insert(first_offset) != first_offset {
+                return Err(Error::Protocol(
+                    "the node trimmed the shard while its snapshot was read: try again".into(),
+                ));
+            }
+            out.extend_from_slice(bytes);
+            if out.len() as u64 == total {
+                return Ok((first_offset, out));
+            }
+        }
+    }
 }
 
 /// The direct address of `shard` given a node's client address `host:port`.

@@ -84,6 +84,7 @@ pub mod op {
     pub const READ_STREAM: u8 = 0x06;
     pub const SUBSCRIBE: u8 = 0x07;
     pub const TRIM: u8 = 0x08;
+    pub const INDEX_SNAPSHOT: u8 = 0x09;
     pub const REPL_HELLO: u8 = 0x10;
     pub const REPL_ACK: u8 = 0x11;
     pub const REPL_JOINED: u8 = 0x12;
@@ -94,6 +95,7 @@ pub mod op {
     pub const APPENDED2: u8 = 0x84;
     pub const STREAM_RECORDS: u8 = 0x85;
     pub const TRIMMED: u8 = 0x86;
+    pub const INDEX_SNAPSHOT_PIECE: u8 = 0x87;
     pub const REPL_WELCOME: u8 = 0x90;
     pub const REPL_BATCH: u8 = 0x91;
     pub const REPL_SEED: u8 = 0x92;
@@ -378,6 +380,13 @@ pub enum Request<'a> {
         shard: u16,
         before: u64,
     },
+    /// Version 2: bytes from `at` of the node's index snapshot at its first offset of
+    /// `shard` (docs/format.md §8; what a copy of the log from that offset needs);
+    /// answered with `IndexSnapshotPiece`.
+    IndexSnapshot {
+        shard: u16,
+        at: u64,
+    },
 }
 
 impl<'a> Request<'a> {
@@ -431,6 +440,7 @@ impl<'a> Request<'a> {
             op::READ => Request::Read { shard: b.u16()?, from: b.u64()?, max_bytes: b.u32()? },
             op::TAIL => Request::Tail { shard: b.u16()?, from: b.u64()? },
             op::TRIM => Request::Trim { shard: b.u16()?, before: b.u64()? },
+            op::INDEX_SNAPSHOT => Request::IndexSnapshot { shard: b.u16()?, at: b.u64()? },
             o => return Err(CodecError::UnknownOpcode(o)),
         };
         b.end()?;
@@ -481,6 +491,12 @@ impl<'a> Request<'a> {
                 let at = begin_frame(out, op::TRIM, req_id);
                 out.extend_from_slice(&shard.to_le_bytes());
                 out.extend_from_slice(&before.to_le_bytes());
+                finish_frame(out, at);
+            }
+            Request::IndexSnapshot { shard, at: from } => {
+                let at = begin_frame(out, op::INDEX_SNAPSHOT, req_id);
+                out.extend_from_slice(&shard.to_le_bytes());
+                out.extend_from_slice(&from.to_le_bytes());
                 finish_frame(out, at);
             }
         }
@@ -696,6 +712,16 @@ pub enum Response<'a> {
         shard: u16,
         first_offset: u64,
     },
+    /// Answer to `IndexSnapshot`: the node's first offset of the shard and bytes
+    /// `at .. at + bytes.len()` of its `total`-byte index snapshot there (at most
+    /// `MAX_READ_BYTES`; `total` 0 when the log starts at offset 0: nothing below it).
+    IndexSnapshotPiece {
+        shard: u16,
+        first_offset: u64,
+        total: u64,
+        at: u64,
+        bytes: &'a [u8],
+    },
     /// `records` holds `count` records in the on-disk record encoding (see `record`).
     Records {
         shard: u16,
@@ -836,6 +862,15 @@ impl<'a> Response<'a> {
                 r => r,
             },
             op::TRIMMED => Response::Trimmed { shard: b.u16()?, first_offset: b.u64()? },
+            op::INDEX_SNAPSHOT_PIECE => {
+                let (shard, first_offset, total, at) = (b.u16()?, b.u64()?, b.u64()?, b.u64()?);
+                let bytes = b.rest;
+                if bytes.len() > MAX_READ_BYTES as usize || at.checked_add(bytes.len() as u64).is_none_or(|e| e > total)
+                {
+                    return Err(CodecError::BadBody { op: f.op, reason: "a piece outside the snapshot" });
+                }
+                return Ok(Response::IndexSnapshotPiece { shard, first_offset, total, at, bytes });
+            }
             o => return Err(CodecError::UnknownOpcode(o)),
         };
         b.end()?;
@@ -880,6 +915,15 @@ impl<'a> Response<'a> {
                 let at = begin_frame(out, op::TRIMMED, req_id);
                 out.extend_from_slice(&shard.to_le_bytes());
                 out.extend_from_slice(&first_offset.to_le_bytes());
+                finish_frame(out, at);
+            }
+            Response::IndexSnapshotPiece { shard, first_offset, total, at: from, bytes } => {
+                let at = begin_frame(out, op::INDEX_SNAPSHOT_PIECE, req_id);
+                out.extend_from_slice(&shard.to_le_bytes());
+                out.extend_from_slice(&first_offset.to_le_bytes());
+                out.extend_from_slice(&total.to_le_bytes());
+                out.extend_from_slice(&from.to_le_bytes());
+                out.extend_from_slice(bytes);
                 finish_frame(out, at);
             }
             Response::Records { shard, next_offset, count, records } => {
@@ -1202,6 +1246,7 @@ mod tests {
         roundtrip_req(Request::Read { shard: 3, from: 99, max_bytes: 4096 });
         roundtrip_req(Request::Tail { shard: 1, from: u64::MAX });
         roundtrip_req(Request::Trim { shard: 1, before: 1 << 33 });
+        roundtrip_req(Request::IndexSnapshot { shard: 1, at: 1 << 20 });
     }
 
     #[test]
@@ -1242,6 +1287,7 @@ mod tests {
             Response::WrongVersion { current: None, message: "no stream" },
             Response::OutOfRange { first: 4096, message: "trimmed" },
             Response::Trimmed { shard: 1, first_offset: 77 },
+            Response::IndexSnapshotPiece { shard: 1, first_offset: 77, total: 9, at: 3, bytes: b"snap" },
             Response::Error { code: ErrorCode::OutOfRange as u16, message: "version-1 form" },
             Response::Records { shard: 0, next_offset: 5, count: 0, records: &[] },
             Response::Error { code: ErrorCode::NotLeader as u16, message: "127.0.0.1:9400" },

@@ -19,9 +19,12 @@
 //! - **Bounded**: at most `QUEUE` runs of at most `codec::MAX_READ_BYTES` wait between the
 //!   reader and the writer of a shard; the shard stages at most `shard::MAX_STAGED_BYTES`.
 //!
-//! A shard whose log no longer starts at offset 0 (retention trimmed it) is refused: a
-//! copy from its first offset would need the node's checkpoint (streams and producers
-//! below it), which the client port does not serve.
+//! - **Trimmed logs**: a shard whose log starts at offset `F` (retention deleted what was
+//!   below) is copied from `F` with the node's index snapshot at `F` (`IndexSnapshot`:
+//!   stream versions and producer windows of the deleted records), written into the
+//!   backup before its log as a follower seeded by its leader does (`replica::seed`).
+//!   A backup that ends below the node's first offset is refused: it can no longer be
+//!   continued, only started again.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -49,8 +52,12 @@ const REPORT_EVERY: Duration = Duration::from_secs(2);
 
 /// What a shard's reader tells its writer.
 enum ToWriter {
-    /// The node's epoch for the shard (every record's is at or below it).
-    Epoch(u32),
+    /// The node's epoch for the shard (every record's is at or below it), and its first
+    /// offset with the index snapshot there when it is above 0.
+    Start {
+        epoch: u32,
+        seed: Option<(u64, Vec<u8>)>,
+    },
     /// Checked records `first..first + count`.
     Run {
         first: u64,
@@ -86,6 +93,8 @@ impl Drop for Done {
 /// One shard's copy, as the writer saw it.
 pub struct ShardCopy {
     pub shard: u16,
+    /// The copy's first offset (above 0 for a log retention trimmed).
+    pub first: u64,
     /// Where the copy stood before this run, and where it ends now.
     pub from: u64,
     pub next: u64,
@@ -206,22 +215,28 @@ fn read_shard(
     let r = runtime().block_on(async {
         let c = Client::connect_shard(addr, id, cfg).await.map_err(|e| format!("{addr}: {e}"))?;
         let epoch = c.info().await.epoch;
-        tx.send(ToWriter::Epoch(epoch)).map_err(|_| "the writer stopped")?;
+        let (first, snap) = c
+            .index_snapshot(id, crate::replica::seed::MAX_SEED_BYTES)
+            .await
+            .map_err(|e| format!("the node's index snapshot of shard {id}: {e}"))?;
+        let seed = (first > 0).then_some((first, snap));
+        tx.send(ToWriter::Start { epoch, seed }).map_err(|_| "the writer stopped")?;
         let (mut at, last) = resume.recv().map_err(|_| "the writer stopped".to_string())??;
-        let read = |from: u64, max: u32| {
+        // `end`: where the copy ends, for the message.
+        let read = |from: u64, max: u32, end: u64| {
             let c = &c;
             async move {
                 c.read_raw(id, from, max).await.map_err(|e| match e {
                     Error::OutOfRange { first, .. } => format!(
-                        "the node's log of shard {id} starts at offset {first} (retention trimmed it); \
-                         a backup needs it from offset {from}: start a new backup before trimming"
+                        "the node's log of shard {id} starts at offset {first} (retention trimmed it): \
+                         this backup ends at {end} and cannot be continued; start a new one in an empty directory"
                     ),
                     e => format!("read at offset {from}: {e}"),
                 })
             }
         };
         if let Some(mine) = last {
-            let (n, theirs) = read(at - 1, 1).await?;
+            let (n, theirs) = read(at - 1, 1, at).await?;
             let theirs = match record::decode(&theirs) {
                 Ok((_, len)) if n > 0 => &theirs[..len],
                 _ => &[][..],
@@ -238,7 +253,7 @@ fn read_shard(
             if rate > 0.0 {
                 tokio::time::sleep_until(began + Duration::from_secs_f64(read_bytes as f64 / rate)).await;
             }
-            let (count, bytes) = read(at, MAX_READ_BYTES).await?;
+            let (count, bytes) = read(at, MAX_READ_BYTES, at).await?;
             read_bytes += bytes.len() as u64;
             let last_epoch = record::verify_run(&bytes, at, count).map_err(|e| format!("records from {at}: {e}"))?;
             if count > 0 && last_epoch > epoch {
@@ -295,12 +310,12 @@ async fn write_shard(
         let rx = rx.clone();
         glommio::executor().spawn_blocking(move || rx.lock().expect("one writer").recv().ok())
     };
-    let epoch = match recv().await {
-        Some(ToWriter::Epoch(e)) => e,
+    let (epoch, seed) = match recv().await {
+        Some(ToWriter::Start { epoch, seed }) => (epoch, seed),
         Some(ToWriter::Failed(e)) => return Err(e),
         _ => return Err("the reader stopped".into()),
     };
-    let opened = open(id, cfg, epoch).await;
+    let opened = open(id, cfg, epoch, seed).await;
     let (shard, from) = match opened {
         Ok(x) => x,
         Err(e) => {
@@ -308,7 +323,7 @@ async fn write_shard(
             return Err(e);
         }
     };
-    let last = if from > 0 {
+    let last = if from > shard.log.first_offset() {
         let (b, n) =
             shard.log.read(from - 1, from, 1).await.map_err(|e| format!("read the backup's last record: {e}"))?;
         assert_eq!(n, 1, "the log's last record");
@@ -329,27 +344,36 @@ async fn write_shard(
             Some(ToWriter::End(end)) => {
                 shard.settle(end).await;
                 assert_eq!(shard.log.next_offset(), end);
-                return Ok(ShardCopy { shard: id, from, next: end, epoch, bytes: p.bytes.load(Ordering::Relaxed) });
+                let first = shard.log.first_offset();
+                let bytes = p.bytes.load(Ordering::Relaxed);
+                return Ok(ShardCopy { shard: id, first, from, next: end, epoch, bytes });
             }
             Some(ToWriter::Failed(e)) => return Err(e),
-            Some(ToWriter::Epoch(_)) | None => return Err("the reader stopped".into()),
+            Some(ToWriter::Start { .. }) | None => return Err("the reader stopped".into()),
         }
     }
 }
 
 /// The shard of the backup directory, recovered, with its epoch at least `epoch`; and
-/// where its log ends.
-async fn open(id: u16, cfg: &ServeConfig, epoch: u32) -> Result<(std::rc::Rc<crate::shard::Shard>, u64), String> {
+/// where its log ends. A new copy of a log that starts at `F` (`seed`) starts there with
+/// the node's index snapshot.
+async fn open(
+    id: u16,
+    cfg: &ServeConfig,
+    epoch: u32,
+    seed: Option<(u64, Vec<u8>)>,
+) -> Result<(std::rc::Rc<crate::shard::Shard>, u64), String> {
     let dir: PathBuf = control::shard_dir(&cfg.data_dir, id);
     std::fs::create_dir_all(&dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
     if control::read_epoch(&dir)? < epoch {
         control::write_epoch(&dir, epoch)?;
     }
+    let fresh = crate::wal::recovery::list_segments(&dir).map_err(|e| e.to_string())?.is_empty();
+    if let (true, Some((first, bytes))) = (fresh, seed) {
+        crate::replica::seed::install(&dir, first, &bytes, cfg.segment_bytes)?;
+    }
     let (shard, line) = node::open_shard(Place::alone(id), cfg).await?;
     log::info!("{line}");
-    if shard.log.first_offset() > 0 {
-        return Err(format!("{}: a trimmed log, not a backup", dir.display()));
-    }
     let next = shard.log.next_offset();
     Ok((shard, next))
 }

@@ -321,7 +321,7 @@ pub fn backup(conn: &ConnArgs, to: &Path, segment_bytes: u64, max_mb_s: f64) -> 
     let copies = crate::backup::run(&conn.addr, &cfg, to, segment_bytes, max_mb_s)?;
     let (mut copied, mut bytes) = (0, 0);
     for c in &copies {
-        println!("shard {} offsets 0..{} (copied {}..{}) epoch {}", c.shard, c.next, c.from, c.next, c.epoch);
+        println!("shard {} offsets {}..{} (copied {}..{}) epoch {}", c.shard, c.first, c.next, c.from, c.next, c.epoch);
         copied += c.next - c.from;
         bytes += c.bytes;
     }

@@ -9,9 +9,10 @@
 //!   started on it and an empty follower end with identical logs, and every acknowledged
 //!   append below the backup's offsets reads back from it with its payload and stream
 //!   version;
-//! - a directory holding another node's log is refused, and so is a node whose log
-//!   retention has trimmed, each with a message that says why; a backup taken before the
-//!   trim goes on after it (the trim is below its end).
+//! - a directory holding another node's log is refused, with a message that says why; a
+//!   backup taken before a trim goes on after it (the trim is below its end); a new backup
+//!   of the trimmed log starts at its first offset with the node's index snapshot (it
+//!   passes `inspect` and goes on later); a backup that ends below the trim is refused.
 
 mod common;
 
@@ -45,7 +46,7 @@ fn backup(addr: &str, to: &Path) -> Vec<(u64, u64)> {
         // shard S offsets 0..N (copied F..N) epoch E
         let w: Vec<&str> = l.split_whitespace().collect();
         let s: usize = w[1].parse().unwrap();
-        let next: u64 = w[3].strip_prefix("0..").unwrap().parse().unwrap();
+        let next: u64 = w[3].split_once("..").unwrap().1.parse().unwrap();
         let (from, to) = w[5].trim_start_matches('(').split_once("..").unwrap();
         assert_eq!(to.trim_end_matches(')').parse::<u64>().unwrap(), next, "{l}");
         shards[s] = Some((from.parse().unwrap(), next));
@@ -180,7 +181,7 @@ fn a_backup_under_load_resumes_grows_and_seeds_a_new_pair() {
 }
 
 #[test]
-fn a_backup_refuses_another_nodes_log_and_a_trimmed_log() {
+fn a_backup_refuses_another_nodes_log_and_copies_a_trimmed_log_from_its_first_offset() {
     let dir = TempDir::new("backup-refused");
     let rt = runtime();
     let cfg = ClientConfig::insecure();
@@ -204,11 +205,20 @@ fn a_backup_refuses_another_nodes_log_and_a_trimmed_log() {
                 c.append(format!("x{s}-{i}").as_bytes()).await.unwrap();
             }
         }
-        let c = Client::connect_shard(&y.addr(), 0, &cfg).await.unwrap();
-        for i in 0..3_000 {
-            c.append(&vec![b'y' ^ (i % 7) as u8; 4096]).await.unwrap();
-        }
     });
+    let fill = |from: usize, to: usize| {
+        rt.block_on(async {
+            let c = Client::connect_shard(&y.addr(), 0, &cfg).await.unwrap();
+            for i in from..to {
+                c.append(&vec![b'y' ^ (i % 7) as u8; 4096]).await.unwrap();
+            }
+        })
+    };
+    // A backup of y's first 100 records, which the trim below will pass.
+    fill(0, 100);
+    let small = dir.path().join("small");
+    assert_eq!(backup(&y.addr(), &small), vec![(0, 100), (0, 0)]);
+    fill(100, 3_000);
     let bk = dir.path().join("bk");
     assert_eq!(backup(&x.addr(), &bk), vec![(0, 10), (0, 10)]);
     let e = refused(&y.addr(), &bk);
@@ -222,8 +232,17 @@ fn a_backup_refuses_another_nodes_log_and_a_trimmed_log() {
         .output()
         .unwrap();
     assert!(o.status.success(), "trim: {}", String::from_utf8_lossy(&o.stderr));
-    let e = refused(&y.addr(), &dir.path().join("bk2"));
-    assert!(e.contains("retention trimmed it"), "{e}");
+    // A new backup of the trimmed log starts at its first offset, with its snapshot; one
+    // that ends below it cannot go on.
+    let bk2 = dir.path().join("bk2");
+    let copied = backup(&y.addr(), &bk2);
+    let first = copied[0].0;
+    assert!(first > 100 && first <= 2_000, "{copied:?}");
+    assert_eq!(copied, vec![(first, 3_000), (0, 0)]);
+    let (code, out) = inspect(&bk2);
+    assert_eq!(code, 0, "{out}");
+    let e = refused(&y.addr(), &small);
+    assert!(e.contains("retention trimmed it") && e.contains("this backup ends at 100"), "{e}");
     rt.block_on(async {
         let c = Client::connect_shard(&y.addr(), 0, &cfg).await.unwrap();
         for i in 0..10 {
@@ -231,6 +250,7 @@ fn a_backup_refuses_another_nodes_log_and_a_trimmed_log() {
         }
     });
     assert_eq!(backup(&y.addr(), &early), vec![(3_000, 3_010), (0, 0)]);
+    assert_eq!(backup(&y.addr(), &bk2), vec![(3_000, 3_010), (0, 0)], "the trimmed copy goes on too");
     let (code, out) = inspect(&early);
     assert_eq!(code, 0, "{out}");
 }

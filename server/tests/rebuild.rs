@@ -2,10 +2,10 @@
 //! `--catch-up-mb-per-s 2` and a small in-memory ring holds a log of ~12 MB; the
 //! follower's data directory is wiped and the follower started empty. The leader catches
 //! it up from its segments no faster than the limit, says so in log lines (start, progress
-//! with time left, end), on `/health` (`rebuilding`) and in metrics; the follower killed
-//! (-9) half-way, then the leader, the catch-up resumes from the follower's end, not from
-//! zero; at the end both logs are identical and every acknowledged append reads back from
-//! the new follower.
+//! with time left, end), on `/health` (`rebuilding`) and in metrics, and so does the
+//! follower; the follower killed (-9) half-way, then the leader, the catch-up resumes from
+//! the follower's end, not from zero; at the end both logs are identical and every
+//! acknowledged append reads back from the new follower.
 //!
 //! In coordinator mode (etcd), the follower's data directory lost under load: the leader
 //! acknowledges alone (degraded), the follower started empty is copied and taken back
@@ -50,6 +50,11 @@ fn an_empty_follower_is_rebuilt_from_the_leader_paced_reported_and_resumed() {
     });
     wait_log(&p.leader, "s left");
     assert!(p.leader.metric_sum("corelog_rebuild_remaining_bytes") > 0.0);
+    // The follower reports its side too.
+    wait_log(&p.follower, "catching up from the leader: at offset");
+    wait_until("rebuilding on the follower's /health", Duration::from_secs(10), || {
+        p.follower.http("/health").is_ok_and(|h| h.contains("rebuilding"))
+    });
 
     // Killed half-way, it goes on from where its log ends.
     p.follower.kill9();
@@ -73,6 +78,7 @@ fn an_empty_follower_is_rebuilt_from_the_leader_paced_reported_and_resumed() {
     wait_until("the restarted leader resuming above offset 0", Duration::from_secs(20), || resumed(&p.leader) > before);
     wait_log(&p.leader, "follower caught up from the segments");
     wait_caught_up(&p, Duration::from_secs(60));
+    wait_log(&p.follower, "caught up with the leader's end when the link was made");
     let took = started.elapsed().as_secs_f64();
     wait_until("rebuilding gone from /health", Duration::from_secs(10), || {
         p.leader.http("/health").is_ok_and(|h| h.contains(" 200") && !h.contains("rebuilding"))
@@ -109,15 +115,17 @@ fn an_empty_follower_is_rebuilt_from_the_leader_paced_reported_and_resumed() {
 
 /// Retention has deleted the leader's first segments: a follower started empty is seeded
 /// with the leader's index snapshot, restarts at the leader's first offset and is caught
-/// up from there; killed -9 right after the seed, it comes back at that offset. Its log
-/// then equals the leader's, and taking over, it continues a stream whose first events
-/// only the snapshot remembers.
+/// up from there (paced); killed -9 right after the seed, it comes back at that offset;
+/// the leader killed -9 half-way through the catch-up, it goes on from the follower's
+/// end. The follower's log then equals the leader's, and taking over, it continues a
+/// stream whose first events only the snapshot remembers.
 #[test]
 fn an_empty_follower_of_a_trimmed_leader_is_seeded_with_its_snapshot_and_caught_up() {
     use corelog_client::codec::{ErrorCode, Expect};
     use corelog_client::Client;
     let dir = TempDir::new("rebuild_seed");
-    let extra = ["--shard-count", "1", "--repl-memory-bytes", "65536"];
+    let rate = RATE_MB.to_string();
+    let extra = ["--shard-count", "1", "--repl-memory-bytes", "65536", "--catch-up-mb-per-s", &rate];
     let mut p = pair(&dir, None, &extra);
     p.follower.start();
     p.leader.start();
@@ -143,6 +151,12 @@ fn an_empty_follower_of_a_trimmed_leader_is_seeded_with_its_snapshot_and_caught_
     // Killed -9 at once: it comes back at `first` (or empty, and is seeded again).
     p.follower.kill9();
     p.follower.start();
+    // The leader killed half-way through the catch-up: it goes on from the follower's end.
+    wait_until("the restarted follower reporting its catch-up", Duration::from_secs(20), || {
+        p.follower.log_text().rsplit("---- start #").next().unwrap().contains("catching up from the leader: at offset")
+    });
+    p.leader.kill9();
+    p.leader.start();
     wait_caught_up(&p, Duration::from_secs(60));
     let log = p.follower.log_text();
     assert!(log.contains(&format!("from offset {first}")), "{log}");

@@ -122,7 +122,7 @@ fn permit(shard: &Shard, access: &mut Option<Box<Access>>, req: &Request<'_>) ->
         Request::Append2 { stream: Some(s), .. } => (Op::Append, lossy(s.name), false),
         Request::ReadStream { name, .. } => (Op::Read, lossy(name), false),
         Request::Subscribe { stream, name, .. } => (Op::Read, lossy(name), !stream),
-        Request::Read { .. } | Request::Tail { .. } => (Op::Read, None, false),
+        Request::Read { .. } | Request::Tail { .. } | Request::IndexSnapshot { .. } => (Op::Read, None, false),
         Request::Trim { .. } => (Op::Admin, None, false),
     };
     let r = match &name {
@@ -256,6 +256,24 @@ async fn read_loop(shard: &Rc<Shard>, rd: &mut tls_io::Reader, out: &Rc<ConnOut>
                     }
                     out.wake.notify();
                 }
+                Request::IndexSnapshot { shard: s, at } => {
+                    need_v2(version, "IndexSnapshot", req_id)?;
+                    check_shard(shard, s, req_id)?;
+                    while out.inflight.get() > 0 || out.buf.borrow().len() >= MAX_OUT_BYTES {
+                        out.drained.wait().await;
+                    }
+                    let first = shard.log.first_offset();
+                    match snapshot_piece(shard.log.dir(), first, at) {
+                        Ok((total, bytes)) => {
+                            Response::IndexSnapshotPiece { shard: s, first_offset: first, total, at, bytes: &bytes }
+                                .encode(req_id, &mut out.buf.borrow_mut())
+                        }
+                        Err(e) => {
+                            codec::encode_error(req_id, ErrorCode::Internal as u16, &e, &mut out.buf.borrow_mut())
+                        }
+                    }
+                    out.wake.notify();
+                }
                 Request::Subscribe { stream, name, from } => {
                     need_v2(version, "Subscribe", req_id)?;
                     let (from, filter) = match Box::pin(subscription(shard, stream, name, from)).await {
@@ -292,6 +310,24 @@ async fn read_loop(shard: &Rc<Shard>, rd: &mut tls_io::Reader, out: &Rc<ConnOut>
             Ok(false) | Err(_) => return Ok(()),
         }
     }
+}
+
+/// Bytes from `at` (at most `MAX_READ_BYTES`) of the index snapshot at `first` in the
+/// shard directory `dir`, and its size; none when the log starts at 0. Read blocking: an
+/// operator's request, from the page cache, 1 MiB at most.
+fn snapshot_piece(dir: &std::path::Path, first: u64, at: u64) -> Result<(u64, Vec<u8>), String> {
+    use std::os::unix::fs::FileExt;
+    if first == 0 {
+        return Ok((0, Vec::new()));
+    }
+    let path = dir.join(crate::snapshot::file_name(first));
+    let err = |e: std::io::Error| format!("read {}: {e}", path.display());
+    let f = std::fs::File::open(&path).map_err(err)?;
+    let total = f.metadata().map_err(err)?.len();
+    let n = total.saturating_sub(at).min(codec::MAX_READ_BYTES as u64) as usize;
+    let mut bytes = vec![0u8; n];
+    f.read_exact_at(&mut bytes, at).map_err(err)?;
+    Ok((total, bytes))
 }
 
 fn need_v2(version: u16, what: &str, req_id: u64) -> Result<(), Fail> {

@@ -12,7 +12,7 @@ use corelog_client::codec::{ErrorCode, Repl, Role, REPL_PROTOCOL_VERSION};
 use corelog_client::record;
 use glommio::net::{TcpListener, TcpStream};
 
-use super::{handshake, next_frame, parse, seed};
+use super::{catchup, handshake, next_frame, parse, seed};
 use crate::control;
 use crate::net::tls;
 use crate::net::tls_io::{self, Writer};
@@ -204,7 +204,8 @@ async fn serve(
     let floor = Rc::new(Floor::new(dir.to_path_buf(), control::read_leader_floor(dir)?, start.min(leader_end)));
     let acker =
         glommio::spawn_local(ack_loop(shard.clone(), wr, start, done.clone(), pinged.clone(), repaired, floor.clone()));
-    let r = apply(shard, &mut rd, &mut used, leader_epoch, (gen, my_gen), &pinged, &floor).await;
+    let behind = catchup::Behind::new(shard, start, leader_end);
+    let r = apply(shard, &mut rd, &mut used, leader_epoch, (gen, my_gen), &pinged, (&floor, behind)).await;
     shard.leader_link_lost();
     done.set(true);
     shard.durable_ev.notify();
@@ -219,7 +220,7 @@ async fn apply(
     epoch: u32,
     (gen, my_gen): (&Cell<u64>, u64),
     pinged: &Cell<bool>,
-    floor: &Floor,
+    (floor, mut behind): (&Floor, Option<catchup::Behind>),
 ) -> Result<(), String> {
     // One timer for the loop, not one per batch (see `watchdog`).
     let mut silent = Watchdog::new();
@@ -261,6 +262,11 @@ async fn apply(
         shard.stage_replicated(first_offset, count, records);
         assert_eq!(shard.assigned(), first_offset + count as u64, "shard {}: a batch staged out of place", shard.id());
         floor.leader_durable_below(first_offset);
+        if let Some(b) = &mut behind {
+            if !b.staged(shard, count, records.len(), first_offset + count as u64) {
+                behind = None;
+            }
+        }
     }
 }
 

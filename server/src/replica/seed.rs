@@ -116,6 +116,19 @@ pub async fn receive(
     Ok(())
 }
 
+/// A new log in the empty shard directory `dir` that starts at `first` with the index
+/// snapshot `bytes` (checked first): the snapshot, then an empty segment at `first`, each
+/// durable before the next (a backup of a trimmed log, `backup`).
+pub fn install(dir: &Path, first: u64, bytes: &[u8], segment_bytes: u64) -> Result<(), String> {
+    let (at, _) = snapshot::decode(bytes, usize::MAX).map_err(|e| format!("the node's index snapshot: {e}"))?;
+    if at != first {
+        return Err(format!("the node's index snapshot holds offset {at}, sent as {first}"));
+    }
+    snapshot::write(dir, first, bytes)?;
+    create_segment(&dir.join(segment_name(first)), segment_bytes)?;
+    sync_dir(dir)
+}
+
 /// An empty segment: preallocated, all zeros, durable (what a roll-over creates).
 fn create_segment(path: &Path, bytes: u64) -> Result<(), String> {
     let err = |e: std::io::Error| format!("create {}: {e}", path.display());
