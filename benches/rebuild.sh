@@ -11,7 +11,9 @@
 # OUT/results.md.
 #
 # Usage: benches/rebuild.sh          Env: OUT (target/rebuild-bench), BIN (target/release),
-# RECORDS=20000000, PAYLOAD=16 (bytes per record), LIMITS="25", KEEP=0.
+# RECORDS=20000000, PAYLOAD=16 (bytes per record), LIMITS="25", KEEP=0, BATCH_BYTES (record
+# bytes per batch; default: batches of 1 MiB, as biglog writes; a pair under load writes
+# smaller ones).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # shellcheck source=benches/lib.sh
@@ -29,7 +31,7 @@ trap cleanup EXIT
 "$BIN/corelog" certs --out "$OUT/certs" >/dev/null
 echo "writing $RECORDS records (corelog-biglog) …" >&2
 "$BIN/corelog-biglog" --data-dir "$SEED" --shards 2 --records "$RECORDS" --payload-bytes "$PAYLOAD" --stream-every 100 --streams 100000 \
-  --producer-every 1000 2>"$OUT/biglog.log" | tail -n 1 >&2
+  --producer-every 1000 ${BATCH_BYTES:+--batch-bytes "$BATCH_BYTES"} 2>"$OUT/biglog.log" | tail -n 1 >&2
 records_mb=$(du -sm --apparent-size "$SEED" | awk '{print $1}')
 
 fio --name=seq --filename="$OUT/fio" --rw=write --bs=1m --size=2g --direct=1 --ioengine=libaio --iodepth=4 \

@@ -203,6 +203,12 @@ fn a_policy_without_mtls_or_that_does_not_parse_stops_the_start() {
     let (code, said) = run(Some(&certs), &["--authz", policy.to_str().unwrap()]);
     assert_eq!(code, Some(1), "{said}");
     assert!(said.contains("unknown operation \"write\"") && said.contains("authz.toml"), "{said}");
+    // The same policy named by the environment (and so by a --config file's `authz`).
+    let args = Node::args(Mode::Standalone, &data, ports(), Some(&certs), "server", &[]);
+    let out = Command::new(BIN).args(&args).env("CORELOG_AUTHZ", &policy).output().unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(said.contains("unknown operation \"write\""), "CORELOG_AUTHZ not read: {said}");
     let (code, said) = run(Some(&certs), &["--principal-from", "email"]);
     assert_eq!(code, Some(1), "{said}");
     assert!(said.contains("unknown rule \"email\""), "{said}");
