@@ -69,12 +69,21 @@ impl Op {
     }
 }
 
+/// Names longer than this are cut in messages (a request may carry 64 KiB of name).
+const SHOWN: usize = 80;
+
 impl std::fmt::Display for Resource<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let cut = |n: &str| -> String {
+            match n.char_indices().nth(SHOWN) {
+                Some((i, _)) => format!("{:?}… ({} bytes)", &n[..i], n.len()),
+                None => format!("{n:?}"),
+            }
+        };
         match self {
             Resource::Shard => write!(f, "the shard"),
-            Resource::Stream(n) => write!(f, "stream {n:?}"),
-            Resource::Prefix(p) => write!(f, "streams with prefix {p:?}"),
+            Resource::Stream(n) => write!(f, "stream {}", cut(n)),
+            Resource::Prefix(p) => write!(f, "streams with prefix {}", cut(p)),
         }
     }
 }

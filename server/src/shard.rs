@@ -471,13 +471,15 @@ impl Shard {
 
     /// Retention deletes nothing at or above this: what the peer may still need. A
     /// leader keeps what its follower has not confirmed (it catches up from the
-    /// segments; none since this start: nothing is deleted); a follower keeps what the
-    /// leader has not shown durable (a handshake may cut it); a fenced node keeps all.
+    /// segments; none since this start: nothing is deleted) and the follower's last
+    /// record (a rejoin compares it with ours, protocol.md §8 step 8); a follower keeps
+    /// what the leader has not shown durable (a handshake may cut it); a fenced node
+    /// keeps all.
     pub fn trim_floor(&self) -> u64 {
         let end = self.log.next_offset();
         match self.role.get() {
             Role::Leader if self.cfg.standalone => end,
-            Role::Leader => self.follower_next.get().min(end),
+            Role::Leader => self.follower_next.get().saturating_sub(1).min(end),
             Role::Follower => self.peer_durable.get().min(end),
             Role::Fenced => 0,
         }

@@ -3,8 +3,8 @@
 //! only, a `reporting` reader may read, tail and subscribe to everything but not append or
 //! trim, an `ops` operator may trim. A denial is `Forbidden`, nothing is written (every
 //! shard read back), and the connection stays; a changed policy file applies to the next
-//! request of open connections, a policy that does not parse is refused and the previous
-//! one kept. The CLI exits with 77 on a denial. (A client certificate on the replication
+//! request of open connections and ends a running tail it no longer allows, a policy
+//! that does not parse is refused and the previous one kept. The CLI exits with 77 on a denial. (A client certificate on the replication
 //! port: `stock_machine.rs`.)
 
 mod common;
@@ -182,6 +182,17 @@ fn each_principal_may_do_what_the_policy_grants_and_nothing_else() {
     assert!(node.log_text().contains("line 1"), "{}", node.log_text());
     rt.block_on(orders.append_to("pay-1", Expect::Exact(0), b"pay event 2")).expect("the previous policy stays");
     forbidden(rt.block_on(orders.append(b"denied plain 2")), "may not append the shard");
+
+    // reporting's grant removed: its running tail ends with Forbidden.
+    let without = wider.replace("principals = [\"reporting\"]", "principals = [\"nobody\"]");
+    std::fs::write(&policy, &without).unwrap();
+    let ended = loop {
+        match next(&rt, tail.next()) {
+            Ok(Some(_)) => continue, // records still buffered before the change
+            other => break other,
+        }
+    };
+    forbidden(ended, "\"reporting\" may not read the shard");
     assert!(node.is_running());
 }
 

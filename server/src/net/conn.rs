@@ -24,6 +24,8 @@ use crate::shard::{AckForm, AppendReq, ConnOut, Refused, Shard, Taken};
 use crate::streamread::Found;
 use crate::sync::deadline;
 
+/// How often a running `Tail` or `Subscribe` is checked against the policy.
+const RECHECK: std::time::Duration = std::time::Duration::from_secs(1);
 /// Appends one connection may have unanswered before we stop reading from it.
 pub const MAX_INFLIGHT_PER_CONN: u32 = 1024;
 /// Encoded responses buffered for one connection before producers wait (tails, reads).
@@ -157,7 +159,11 @@ async fn read_loop(shard: &Rc<Shard>, rd: &mut tls_io::Reader, out: &Rc<ConnOut>
                 return Ok(());
             }
             if let Err(refused) = permit(shard, access, &req) {
-                // Answered in order, and the connection stays: nothing was done.
+                // Answered in order, and the connection stays: nothing was done. A client
+                // that sends denied requests and reads nothing holds a bounded buffer.
+                while out.buf.borrow().len() >= MAX_OUT_BYTES {
+                    out.drained.wait().await;
+                }
                 answer_later(shard, out, (req_id, version), refused).await;
                 rd.consume(used);
                 continue;
@@ -238,8 +244,8 @@ async fn read_loop(shard: &Rc<Shard>, rd: &mut tls_io::Reader, out: &Rc<ConnOut>
                 Request::Tail { shard: s, from } => {
                     check_shard(shard, s, req_id)?;
                     rd.consume(used);
-                    return Box::pin(push_until_closed(shard, rd, out, Push { req_id, version, from, filter: None }))
-                        .await;
+                    let push = Push { req_id, version, from, filter: None };
+                    return Box::pin(push_until_closed(shard, rd, out, push, access)).await;
                 }
                 Request::Trim { shard: s, before } => {
                     need_v2(version, "Trim", req_id)?;
@@ -288,7 +294,7 @@ async fn read_loop(shard: &Rc<Shard>, rd: &mut tls_io::Reader, out: &Rc<ConnOut>
                     };
                     rd.consume(used);
                     let push = Push { req_id, version, from, filter: Some(filter) };
-                    return Box::pin(push_until_closed(shard, rd, out, push)).await;
+                    return Box::pin(push_until_closed(shard, rd, out, push, access)).await;
                 }
             }
             rd.consume(used);
@@ -574,11 +580,23 @@ struct Push {
 
 /// Turns the connection into a push stream (`Tail`, `Subscribe`) until the client closes
 /// it; any byte it sends ends the stream with `Unexpected`.
-async fn push_until_closed(shard: &Rc<Shard>, rd: &mut tls_io::Reader, out: &Rc<ConnOut>, p: Push) -> Result<(), Fail> {
+async fn push_until_closed(
+    shard: &Rc<Shard>,
+    rd: &mut tls_io::Reader,
+    out: &Rc<ConnOut>,
+    p: Push,
+    access: &mut Option<Box<Access>>,
+) -> Result<(), Fail> {
     let req_id = p.req_id;
     if !rd.data().is_empty() {
         return Err((ErrorCode::Unexpected, "no request may follow Tail or Subscribe".into(), req_id));
     }
+    // What the push reads, for the policy: the shard (None), one stream, or a prefix.
+    let reads = match &p.filter {
+        None => None,
+        Some(Filter::Stream { name, .. }) => Some((false, name.clone())),
+        Some(Filter::Prefix(prefix)) => Some((true, prefix.clone())),
+    };
     let stop = Rc::new(Cell::new(false));
     let ended = Rc::new(crate::sync::Event::default());
     let done = Rc::new(Cell::new(false));
@@ -604,7 +622,25 @@ async fn push_until_closed(shard: &Rc<Shard>, rd: &mut tls_io::Reader, out: &Rc<
         }
         Ok(())
     };
-    let r = futures_lite::future::or(client, by_itself).await;
+    // Under a policy, a push the policy no longer allows ends with `Forbidden` within
+    // `RECHECK` of the change (a check between changes is one atomic load).
+    let revoked = async {
+        let (Some(authz), Some(access)) = (&shard.cfg.authz, access.as_mut()) else {
+            return std::future::pending().await;
+        };
+        loop {
+            glommio::timer::sleep(RECHECK).await;
+            let r = match &reads {
+                None => Resource::Shard,
+                Some((true, prefix)) => Resource::Prefix(prefix),
+                Some((false, name)) => Resource::Stream(name),
+            };
+            if let Err(msg) = access.check(authz, Op::Read, r) {
+                return Err((ErrorCode::Forbidden, msg, req_id));
+            }
+        }
+    };
+    let r = futures_lite::future::or(futures_lite::future::or(client, by_itself), revoked).await;
     // Stop the push stream first, so that the error (sent by the caller) is the last
     // frame of the connection.
     stop.set(true);

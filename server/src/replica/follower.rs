@@ -171,7 +171,7 @@ async fn serve(
         let first = shard.log.first_offset();
         if truncate_to < first {
             let msg = format!(
-                "the leader's log diverges from ours at offset {truncate_to}, below our first offset {first} (retention deleted older segments): this node cannot follow it; seed it anew (docs/operations.md §13)"
+                "the leader's log diverges from ours at offset {truncate_to}, below our first offset {first} (retention deleted older segments): this node cannot follow it; start it with an empty data directory to have it rebuilt (docs/operations.md §17)"
             );
             log::error!("shard {}: {msg}", shard.id());
             return Err(refuse(&mut wr, ErrorCode::Diverged, msg).await);

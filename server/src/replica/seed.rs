@@ -46,7 +46,11 @@ pub async fn send(shard: &Shard, wr: &mut Writer, first: u64) -> Result<u64, Str
         f.read_exact_at(&mut buf[..n], at).map_err(|e| format!("read {}: {e}", path.display()))?;
         out.clear();
         Repl::Seed { first_offset: first, total, at, bytes: &buf[..n] }.encode(&mut out);
-        wr.write(&out).await.map_err(|e| format!("sending the index snapshot: {e}"))?;
+        // A follower that stops reading cannot hold the link for longer than this.
+        crate::sync::deadline(std::time::Instant::now() + shard.cfg.repl_timeout, wr.write(&out))
+            .await
+            .ok_or_else(|| format!("the follower took no piece of the snapshot for {:?}", shard.cfg.repl_timeout))?
+            .map_err(|e| format!("sending the index snapshot: {e}"))?;
         at += n as u64;
     }
     Ok(total)
@@ -132,7 +136,8 @@ pub fn install(dir: &Path, first: u64, bytes: &[u8], segment_bytes: u64) -> Resu
 /// An empty segment: preallocated, all zeros, durable (what a roll-over creates).
 fn create_segment(path: &Path, bytes: u64) -> Result<(), String> {
     let err = |e: std::io::Error| format!("create {}: {e}", path.display());
-    let f = std::fs::OpenOptions::new().read(true).write(true).create_new(true).open(path).map_err(err)?;
+    // Not `create_new`: an attempt that failed after this step left it, empty.
+    let f = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path).map_err(err)?;
     // SAFETY: a valid descriptor and a length; fallocate(2) touches nothing else.
     let r = unsafe { libc::fallocate(f.as_raw_fd(), 0, 0, bytes as libc::off_t) };
     if r != 0 {
