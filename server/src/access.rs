@@ -117,10 +117,6 @@ impl Access {
         Access { who: who.map(Rc::from), rights: None, peer }
     }
 
-    pub fn principal(&self) -> &str {
-        self.who.as_deref().unwrap_or("(none)")
-    }
-
     /// Ok when the policy allows `op` on `r`; else the `Forbidden` message (the denial is
     /// audited and counted).
     pub fn check(&mut self, authz: &Authz, op: Op, r: Resource<'_>) -> Result<(), String> {

@@ -131,6 +131,21 @@ pub fn write(dir: &Path, first: u64, bytes: &[u8]) -> Result<(), String> {
     sync_dir(dir)
 }
 
+/// Bytes from `at` (at most `max`) of the snapshot at `first` in `dir`, and its size: what
+/// a follower being seeded and a backup of a trimmed log are sent, piece by piece. Read
+/// blocking, from the page cache.
+pub fn piece(dir: &Path, first: u64, at: u64, max: usize) -> Result<(u64, Vec<u8>), String> {
+    use std::os::unix::fs::FileExt;
+    let path = dir.join(file_name(first));
+    let err = |e: std::io::Error| format!("read {}: {e}", path.display());
+    let f = std::fs::File::open(&path).map_err(err)?;
+    let total = f.metadata().map_err(err)?.len();
+    let n = total.saturating_sub(at).min(max as u64) as usize;
+    let mut bytes = vec![0u8; n];
+    f.read_exact_at(&mut bytes, at).map_err(err)?;
+    Ok((total, bytes))
+}
+
 /// The snapshots in `dir`, ascending.
 pub fn list(dir: &Path) -> Result<Vec<(u64, PathBuf)>, String> {
     let rd = std::fs::read_dir(dir).map_err(|e| format!("read {}: {e}", dir.display()))?;

@@ -116,23 +116,26 @@ struct Conn<'a> {
 /// refused for that name anyway).
 fn permit(shard: &Shard, access: &mut Option<Box<Access>>, req: &Request<'_>) -> Result<(), Refused> {
     let (Some(authz), Some(access)) = (&shard.cfg.authz, access.as_mut()) else { return Ok(()) };
-    let lossy = |n| Some(String::from_utf8_lossy(n));
-    // The operation, the stream name (None: the shard) and whether it is a prefix.
-    let (op, name, prefix) = match req {
+    let named = |prefix: bool, n| Some((prefix, String::from_utf8_lossy(n)));
+    let (op, names) = match req {
         Request::Hello { .. } => return Ok(()),
-        Request::Append { .. } | Request::Append2 { stream: None, .. } => (Op::Append, None, false),
-        Request::Append2 { stream: Some(s), .. } => (Op::Append, lossy(s.name), false),
-        Request::ReadStream { name, .. } => (Op::Read, lossy(name), false),
-        Request::Subscribe { stream, name, .. } => (Op::Read, lossy(name), !stream),
-        Request::Read { .. } | Request::Tail { .. } | Request::IndexSnapshot { .. } => (Op::Read, None, false),
-        Request::Trim { .. } => (Op::Admin, None, false),
+        Request::Append { .. } | Request::Append2 { stream: None, .. } => (Op::Append, None),
+        Request::Append2 { stream: Some(s), .. } => (Op::Append, named(false, s.name)),
+        Request::ReadStream { name, .. } => (Op::Read, named(false, name)),
+        Request::Subscribe { stream, name, .. } => (Op::Read, named(!stream, name)),
+        Request::Read { .. } | Request::Tail { .. } | Request::IndexSnapshot { .. } => (Op::Read, None),
+        Request::Trim { .. } => (Op::Admin, None),
     };
-    let r = match &name {
+    access.check(authz, op, resource(&names)).map_err(|msg| Refused::Error(ErrorCode::Forbidden, msg))
+}
+
+/// The resource a request names: the shard (None), a stream, or a prefix (`(true, _)`).
+fn resource<S: AsRef<str>>(names: &Option<(bool, S)>) -> Resource<'_> {
+    match names {
         None => Resource::Shard,
-        Some(n) if prefix => Resource::Prefix(n),
-        Some(n) => Resource::Stream(n),
-    };
-    access.check(authz, op, r).map_err(|msg| Refused::Error(ErrorCode::Forbidden, msg))
+        Some((true, prefix)) => Resource::Prefix(prefix.as_ref()),
+        Some((false, name)) => Resource::Stream(name.as_ref()),
+    }
 }
 
 async fn read_loop(shard: &Rc<Shard>, rd: &mut tls_io::Reader, out: &Rc<ConnOut>, conn: Conn<'_>) -> Result<(), Fail> {
@@ -268,8 +271,13 @@ async fn read_loop(shard: &Rc<Shard>, rd: &mut tls_io::Reader, out: &Rc<ConnOut>
                     while out.inflight.get() > 0 || out.buf.borrow().len() >= MAX_OUT_BYTES {
                         out.drained.wait().await;
                     }
+                    // A log that starts at 0 has no snapshot: nothing is below it.
                     let first = shard.log.first_offset();
-                    match snapshot_piece(shard.log.dir(), first, at) {
+                    let piece = match first {
+                        0 => Ok((0, Vec::new())),
+                        _ => crate::snapshot::piece(shard.log.dir(), first, at, codec::MAX_READ_BYTES as usize),
+                    };
+                    match piece {
                         Ok((total, bytes)) => {
                             Response::IndexSnapshotPiece { shard: s, first_offset: first, total, at, bytes: &bytes }
                                 .encode(req_id, &mut out.buf.borrow_mut())
@@ -316,24 +324,6 @@ async fn read_loop(shard: &Rc<Shard>, rd: &mut tls_io::Reader, out: &Rc<ConnOut>
             Ok(false) | Err(_) => return Ok(()),
         }
     }
-}
-
-/// Bytes from `at` (at most `MAX_READ_BYTES`) of the index snapshot at `first` in the
-/// shard directory `dir`, and its size; none when the log starts at 0. Read blocking: an
-/// operator's request, from the page cache, 1 MiB at most.
-fn snapshot_piece(dir: &std::path::Path, first: u64, at: u64) -> Result<(u64, Vec<u8>), String> {
-    use std::os::unix::fs::FileExt;
-    if first == 0 {
-        return Ok((0, Vec::new()));
-    }
-    let path = dir.join(crate::snapshot::file_name(first));
-    let err = |e: std::io::Error| format!("read {}: {e}", path.display());
-    let f = std::fs::File::open(&path).map_err(err)?;
-    let total = f.metadata().map_err(err)?.len();
-    let n = total.saturating_sub(at).min(codec::MAX_READ_BYTES as u64) as usize;
-    let mut bytes = vec![0u8; n];
-    f.read_exact_at(&mut bytes, at).map_err(err)?;
-    Ok((total, bytes))
 }
 
 fn need_v2(version: u16, what: &str, req_id: u64) -> Result<(), Fail> {
@@ -630,12 +620,7 @@ async fn push_until_closed(
         };
         loop {
             glommio::timer::sleep(RECHECK).await;
-            let r = match &reads {
-                None => Resource::Shard,
-                Some((true, prefix)) => Resource::Prefix(prefix),
-                Some((false, name)) => Resource::Stream(name),
-            };
-            if let Err(msg) = access.check(authz, Op::Read, r) {
+            if let Err(msg) = access.check(authz, Op::Read, resource(&reads)) {
                 return Err((ErrorCode::Forbidden, msg, req_id));
             }
         }

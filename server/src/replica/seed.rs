@@ -12,8 +12,6 @@
 //! segment is stale, `snapshot::plan`) or from `F` (both written): never a log that
 //! claims records it does not hold.
 
-use std::io::{Read, Write};
-use std::os::unix::fs::FileExt;
 use std::os::unix::io::AsRawFd;
 use std::path::Path;
 use std::rc::Rc;
@@ -33,27 +31,26 @@ const PIECE: usize = 1 << 20;
 const _: () = assert!(PIECE <= MAX_REPL_BATCH_BYTES);
 
 /// Leader: sends the index snapshot at `first` (this log's first offset) in pieces.
+/// A trim that replaces the snapshot meanwhile fails the send; the link is made again and
+/// the follower seeded at the new first offset.
 pub async fn send(shard: &Shard, wr: &mut Writer, first: u64) -> Result<u64, String> {
-    let path = shard.log.dir().join(snapshot::file_name(first));
-    // Opened once: a trim that replaces the snapshot meanwhile unlinks it, the data stays.
-    let f = std::fs::File::open(&path).map_err(|e| format!("open {}: {e}", path.display()))?;
-    let total = f.metadata().map_err(|e| format!("{}: {e}", path.display()))?.len();
-    let mut buf = vec![0u8; PIECE];
     let mut out = Vec::with_capacity(PIECE + 64);
-    let mut at = 0u64;
-    while at < total {
-        let n = (total - at).min(PIECE as u64) as usize;
-        f.read_exact_at(&mut buf[..n], at).map_err(|e| format!("read {}: {e}", path.display()))?;
+    let (mut at, mut total) = (0u64, None);
+    while total.is_none_or(|t| at < t) {
+        let (t, bytes) = snapshot::piece(shard.log.dir(), first, at, PIECE)?;
+        if *total.get_or_insert(t) != t || (bytes.is_empty() && at < t) {
+            return Err(format!("the index snapshot at {first} changed while it was sent"));
+        }
         out.clear();
-        Repl::Seed { first_offset: first, total, at, bytes: &buf[..n] }.encode(&mut out);
+        Repl::Seed { first_offset: first, total: t, at, bytes: &bytes }.encode(&mut out);
         // A follower that stops reading cannot hold the link for longer than this.
         crate::sync::deadline(std::time::Instant::now() + shard.cfg.repl_timeout, wr.write(&out))
             .await
             .ok_or_else(|| format!("the follower took no piece of the snapshot for {:?}", shard.cfg.repl_timeout))?
             .map_err(|e| format!("sending the index snapshot: {e}"))?;
-        at += n as u64;
+        at += bytes.len() as u64;
     }
-    Ok(total)
+    Ok(at)
 }
 
 /// Follower: the first piece arrived (`first`, `total`, and its bytes at 0); takes the
@@ -74,15 +71,11 @@ pub async fn receive(
             shard.log.first_offset()
         ));
     }
-    let name = snapshot::file_name(first);
-    let tmp = dir.join(format!("{name}.tmp"));
-    let mut f = std::fs::File::create(&tmp).map_err(|e| format!("create {}: {e}", tmp.display()))?;
-    let io = |e: std::io::Error| format!("write {}: {e}", tmp.display());
-    f.write_all(&piece).map_err(io)?;
-    let mut at = piece.len() as u64;
-    while at < total {
+    let mut bytes = piece;
+    while (bytes.len() as u64) < total {
+        let at = bytes.len() as u64;
         let frame = next_frame(rd, used).await?.ok_or("the leader closed during the seed")?;
-        let Repl::Seed { first_offset, total: t, at: a, bytes } = parse(&frame)? else {
+        let Repl::Seed { first_offset, total: t, at: a, bytes: more } = parse(&frame)? else {
             return Err("expected the next Seed piece".into());
         };
         if (first_offset, t, a) != (first, total, at) {
@@ -90,22 +83,9 @@ pub async fn receive(
                 "seed piece at {a} of {t} (offset {first_offset}); expected {at} of {total} ({first})"
             ));
         }
-        f.write_all(bytes).map_err(io)?;
-        at += bytes.len() as u64;
+        bytes.extend_from_slice(more);
     }
-    f.sync_all().map_err(io)?;
-    drop(f);
-    // The whole snapshot read back and decoded (its CRC, names, windows) before use.
-    let mut bytes = Vec::new();
-    std::fs::File::open(&tmp).and_then(|mut f| f.read_to_end(&mut bytes)).map_err(io)?;
-    let (at_offset, index) = snapshot::decode(&bytes, usize::MAX).map_err(|e| format!("the leader's seed: {e}"))?;
-    if at_offset != first {
-        return Err(format!("the leader's seed holds offset {at_offset}, sent as {first}"));
-    }
-    std::fs::rename(&tmp, dir.join(&name)).map_err(|e| format!("rename {}: {e}", tmp.display()))?;
-    sync_dir(dir)?;
-    create_segment(&dir.join(segment_name(first)), shard.log.segment_bytes())?;
-    sync_dir(dir)?;
+    let streams = install(dir, first, &bytes, shard.log.segment_bytes())?;
     // The segments below `first` hold nothing; a start would remove them too (as an
     // interrupted trim's, `snapshot::plan`).
     for (_, old) in shard.log.segment_paths().iter().filter(|(o, _)| *o < first) {
@@ -115,22 +95,24 @@ pub async fn receive(
     log::info!(
         "shard {}: seeded from the leader at offset {first}: index snapshot of {total} bytes ({} streams); restarting to open the log there",
         shard.id(),
-        index.streams.len()
+        streams
     );
     Ok(())
 }
 
-/// A new log in the empty shard directory `dir` that starts at `first` with the index
-/// snapshot `bytes` (checked first): the snapshot, then an empty segment at `first`, each
-/// durable before the next (a backup of a trimmed log, `backup`).
-pub fn install(dir: &Path, first: u64, bytes: &[u8], segment_bytes: u64) -> Result<(), String> {
-    let (at, _) = snapshot::decode(bytes, usize::MAX).map_err(|e| format!("the node's index snapshot: {e}"))?;
+/// A new log in the shard directory `dir` that starts at `first` with the index snapshot
+/// `bytes`, decoded first (its CRC, names, windows): the snapshot, then an empty segment
+/// at `first`, each durable before the next (a follower seeded by its leader, a backup of
+/// a trimmed log). Returns the snapshot's number of streams.
+pub fn install(dir: &Path, first: u64, bytes: &[u8], segment_bytes: u64) -> Result<usize, String> {
+    let (at, index) = snapshot::decode(bytes, usize::MAX).map_err(|e| format!("the index snapshot sent: {e}"))?;
     if at != first {
-        return Err(format!("the node's index snapshot holds offset {at}, sent as {first}"));
+        return Err(format!("the index snapshot sent holds offset {at}, sent as {first}"));
     }
     snapshot::write(dir, first, bytes)?;
     create_segment(&dir.join(segment_name(first)), segment_bytes)?;
-    sync_dir(dir)
+    sync_dir(dir)?;
+    Ok(index.streams.len())
 }
 
 /// An empty segment: preallocated, all zeros, durable (what a roll-over creates).
