@@ -10,27 +10,20 @@
 #
 # Usage: benches/upgrade.sh [OLD_REV]     (default 4d41559: issue 33's starting tree)
 # Env: BIN (this tree's release binaries, default target/release), STEP=6 (seconds),
-# CONNS=20, SHARDS=2, OUT (default target/upgrade). OLD is built once into target/ab/<sha>
-# (as benches/ab.sh does). Loopback only; stops every process it started, by pid.
+# CONNS=20, SHARDS=2, OUT (default target/upgrade). OLD's binary is built once by
+# .ci/old-binary (from .ci/old/corelog-OLD.tar.xz; `.ci/old-binary --vendor OLD` makes one
+# from git). Loopback only; stops every process it started, by pid. The coordinator-mode
+# (etcd) rolling upgrade is a test: server/tests/upgrade.rs.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # shellcheck source=benches/lib.sh
 . benches/lib.sh
 
-OLD=$(git rev-parse --short "${1:-4d41559}^{commit}")
+OLD=${1:-4d41559}
 BIN=${BIN:-target/release}; STEP=${STEP:-6}; CONNS=${CONNS:-20}; SHARDS=${SHARDS:-2}
 OUT=${OUT:-target/upgrade}
 cl_need_bins upgrade.sh "$BIN" corelog
-AB="$PWD/target/ab"
-if [ ! -x "$AB/$OLD/bin/corelog" ]; then
-  echo "building $OLD (target/ab/$OLD) ..."
-  rm -rf "$AB/$OLD/src"; git worktree prune
-  git worktree add -f --detach "$AB/$OLD/src" "$OLD" >/dev/null 2>&1
-  (cd "$AB/$OLD/src" && CARGO_TARGET_DIR="$AB/target" cargo build --release -q -p corelog-server -p corelog-loadgen)
-  mkdir -p "$AB/$OLD/bin"; cp "$AB/target/release/corelog" "$AB/target/release/corelog-loadgen" "$AB/$OLD/bin/"
-  git worktree remove --force "$AB/$OLD/src"
-fi
-OLDBIN="$AB/$OLD/bin/corelog"; NEWBIN="$PWD/$BIN/corelog"
+OLDBIN=$(.ci/old-binary "$OLD"); NEWBIN="$PWD/$BIN/corelog"
 NEW=$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- server client || echo '+dirty')
 
 rm -rf "$OUT"; mkdir -p "$OUT"

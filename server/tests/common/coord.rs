@@ -119,6 +119,11 @@ fn fixed_ports() -> Ports {
 
 /// On loopback. None (after `common::skip`) where etcd is not installed.
 pub fn cluster(test: &str) -> Option<Cluster> {
+    cluster_on(test, super::BIN)
+}
+
+/// `cluster`, both nodes started on the binary `program`.
+pub fn cluster_on(test: &str, program: &str) -> Option<Cluster> {
     let dir = TempDir::new(test);
     let etcd = Etcd::start(test, dir.path())?;
     let p = [fixed_ports(), fixed_ports()];
@@ -133,7 +138,7 @@ pub fn cluster(test: &str) -> Option<Cluster> {
         etcd: etcd.endpoint(),
     };
     let w = [wiring(0), wiring(1)];
-    Some(Cluster::start(test, dir, etcd, None, w))
+    Some(Cluster::start(test, dir, etcd, None, w, program))
 }
 
 /// etcd in `e`, node `a` in `a`, node `b` in `b`, links between all of them and `c` (this
@@ -179,7 +184,7 @@ pub fn netns_cluster(test: &str, seed: Option<&Path>) -> Option<Cluster> {
         }
     };
     let w = [wiring(0), wiring(1)];
-    Some(Cluster::start(test, dir, etcd, Some(net), w))
+    Some(Cluster::start(test, dir, etcd, Some(net), w, super::BIN))
 }
 
 /// The `role=… epoch=… insync=… degraded=…` part of a node's /health; "" when down.
@@ -198,14 +203,22 @@ pub fn epoch(health: &str) -> u32 {
 }
 
 impl Cluster {
-    /// Starts nodes `a` and `b` (not waiting for them), certificates in `dir/certs`.
-    pub fn start(test: &str, dir: TempDir, etcd: Etcd, net: Option<Net>, wiring: [Wiring; 2]) -> Cluster {
+    /// Starts nodes `a` and `b` on `program` (not waiting for them), certificates in
+    /// `dir/certs`.
+    pub fn start(
+        test: &str,
+        dir: TempDir,
+        etcd: Etcd,
+        net: Option<Net>,
+        wiring: [Wiring; 2],
+        program: &str,
+    ) -> Cluster {
         let certs = certs(dir.path());
         let name = format!("{test}_{}", std::process::id());
         let node = |i: usize, id: &str| {
             let w = &wiring[i];
             let mut n = Node::new(id, dir.path().join(id), w.ports, coord_args(&name, dir.path(), &certs, i, w));
-            (n.host, n.wrap) = (w.host.clone(), w.wrap.clone());
+            (n.host, n.wrap, n.program) = (w.host.clone(), w.wrap.clone(), program.into());
             n
         };
         let mut nodes = [node(0, "a"), node(1, "b")];

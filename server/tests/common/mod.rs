@@ -135,6 +135,8 @@ pub struct Node {
     pub host: String,
     /// Command prefix, e.g. `ip netns exec NS` (execs in place: the pid stays the node's).
     pub wrap: Vec<String>,
+    /// The binary it runs (default this tree's `corelog`; the upgrade test swaps it).
+    pub program: String,
     starts: u32,
 }
 
@@ -199,7 +201,8 @@ impl Node {
     pub fn new(name: &str, data: PathBuf, ports: Ports, args: Vec<String>) -> Node {
         let log = data.with_extension(format!("{name}.log"));
         let (host, wrap) = ("127.0.0.1".into(), Vec::new());
-        Node { name: name.into(), child: None, data, ports, args, log, host, wrap, starts: 0 }
+        let program = BIN.into();
+        Node { name: name.into(), child: None, data, ports, args, log, host, wrap, program, starts: 0 }
     }
 
     /// Spawns the process; does not wait for readiness.
@@ -207,8 +210,9 @@ impl Node {
         assert!(self.child.is_none(), "{} already running", self.name);
         let mut f = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).unwrap();
         self.starts += 1;
-        writeln!(f, "---- start #{} ----", self.starts).unwrap();
-        let child = wrapped(&self.wrap, BIN).args(&self.args).stdout(Stdio::null()).stderr(f).spawn().unwrap();
+        writeln!(f, "---- start #{} ({}) ----", self.starts, self.program).unwrap();
+        let child =
+            wrapped(&self.wrap, &self.program).args(&self.args).stdout(Stdio::null()).stderr(f).spawn().unwrap();
         self.child = Some(child);
     }
 
