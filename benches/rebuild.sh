@@ -46,6 +46,8 @@ rebuild() {
   mkdir -p "$d"; cp -a "$SEED" "$d/l"
   t0=$(date +%s.%N)
   CL_LEADER_EXTRA="--catch-up-mb-per-s $limit" cl_start "$BIN" "$d" "$OUT/certs" pair
+  # CPU ticks of both nodes once they answer (their start-up excluded from the ceiling).
+  local c0; c0=$(( $(cl_ticks "${CL_LEADERS[0]}") + $(cl_ticks "${CL_FOLLOWERS[0]}") ))
   for i in $(seq 1 36000); do
     [ "$(grep -c 'follower caught up from the segments' "$d.l0.log")" -ge 2 ] && break
     kill -0 "${CL_LEADERS[0]}" "${CL_FOLLOWERS[0]}" 2>/dev/null || { echo "a node exited: $(tail -n 3 "$d".*.log)" >&2; exit 1; }
@@ -56,20 +58,21 @@ rebuild() {
   local hz lcpu fcpu; hz=$(getconf CLK_TCK)
   lcpu=$(awk -v t="$(cl_ticks "${CL_LEADERS[0]}")" -v h="$hz" 'BEGIN {printf "%.1f", t / h}')
   fcpu=$(awk -v t="$(cl_ticks "${CL_FOLLOWERS[0]}")" -v h="$hz" 'BEGIN {printf "%.1f", t / h}')
+  local ccpu; ccpu=$(awk -v t="$(( $(cl_ticks "${CL_LEADERS[0]}") + $(cl_ticks "${CL_FOLLOWERS[0]}") - c0 ))" -v h="$hz" 'BEGIN {printf "%.2f", t / h}')
   cl_stop
   "$BIN/corelog" inspect --compare "$d/l" "$d/f" >"$d.compare" || { echo "logs differ: $(cat "$d.compare")" >&2; exit 1; }
   local mb; mb=$(sed -n 's/.*caught up from the segments: offsets [0-9.]*, \([0-9.]*\) MB in.*/\1/p' "$d.l0.log" | awk '{s += $1} END {print s}')
-  awk -v a="$t0" -v b="$t1" -v m="$mb" -v l="$lcpu" -v f="$fcpu" 'BEGIN {printf "%.2f %.0f %s %s\n", b - a, m, l, f}'
+  awk -v a="$t0" -v b="$t1" -v m="$mb" -v l="$lcpu" -v f="$fcpu" -v c="$ccpu" 'BEGIN {printf "%.2f %.0f %s %s %s\n", b - a, m, l, f, c}'
   [ "$KEEP" = 1 ] || rm -rf "$d/l" "$d/f"
 }
 
 {
-  echo "| catch-up limit | records MB sent | seconds (start of the pair → both shards caught up) | MB/s | of fio's sequential write | CPU s leader / follower (whole run) |"
-  echo "|---|---|---|---|---|---|"
+  echo "| catch-up limit | records MB sent | seconds (start of the pair → both shards caught up) | MB/s | of fio's sequential write | CPU s leader / follower (whole run) | CPU s of both during the catch-up | CPU ceiling: $(nproc) CPUs × MB ÷ that |"
+  echo "|---|---|---|---|---|---|---|---|"
   for limit in 0 $LIMITS; do
-    read -r secs mb lcpu fcpu < <(rebuild "$limit")
-    awk -v l="$limit" -v s="$secs" -v m="$mb" -v f="$fio_mb" -v lc="$lcpu" -v fc="$fcpu" \
-      'BEGIN {printf "| %s | %d | %.1f | %.0f | %.0f %% | %s / %s |\n", (l == 0 ? "none" : l " MB/s per shard"), m, s, m / s, 100 * m / s / f, lc, fc}'
+    read -r secs mb lcpu fcpu ccpu < <(rebuild "$limit")
+    awk -v l="$limit" -v s="$secs" -v m="$mb" -v f="$fio_mb" -v lc="$lcpu" -v fc="$fcpu" -v cc="$ccpu" -v n="$(nproc)" \
+      'BEGIN {printf "| %s | %d | %.1f | %.0f | %.0f %% | %s / %s | %s | %.0f MB/s (%.0f %% of fio) |\n", (l == 0 ? "none" : l " MB/s per shard"), m, s, m / s, 100 * m / s / f, lc, fc, cc, n * m / cc, 100 * n * m / cc / f}'
   done
   echo
   echo "A log of $RECORDS records of $PAYLOAD payload bytes ($records_mb MB of segment data, 2 shards); fio: $fio_mb MB/s (1 MiB O_DIRECT writes, queue depth 4)."
