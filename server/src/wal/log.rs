@@ -452,12 +452,24 @@ impl Log {
 
     /// Reads records from `from`, up to `upto` (exclusive), about `max_bytes` (always at
     /// least one record when one exists). Returns (records bytes, count).
+    ///
+    /// Once it holds records it reads no batch whose records might not all fit: such a
+    /// batch is left whole to the next call, so a sequential reader (a follower's
+    /// catch-up, a backup, a subscriber) reads each batch from the disk once, not once
+    /// for its head and again for its tail.
     pub async fn read(&self, from: u64, upto: u64, max_bytes: usize) -> io::Result<(Vec<u8>, u32)> {
         let upto = upto.min(self.next_offset());
         let mut out = Vec::new();
         let mut count = 0u32;
         let mut at = from;
         while at < upto && (out.is_empty() || out.len() < max_bytes) {
+            if !out.is_empty() {
+                // The batch's span bounds its records' length from above.
+                let span = self.locate(at).map_or(0, |(_, b, _, _)| b.span as usize);
+                if out.len() + span.saturating_sub(BATCH_HEADER_LEN) > max_bytes {
+                    break;
+                }
+            }
             let Some(recs) = self.fetch(at).await? else {
                 break;
             };

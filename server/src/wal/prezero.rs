@@ -11,9 +11,9 @@
 //!
 //! One fill at a time (`CHUNK` bytes, then an fdatasync), started by the writer when
 //! fewer than `AHEAD` zeroed bytes are left in front of it, always at or past the end
-//! of the batch being written. The writer never writes a range a fill in flight
-//! covers (it waits), and `Log::truncate` waits for the fill in flight before moving
-//! the write position back: zeros never land on a batch. The content is the same as
+//! of the batch being written; a `LARGE` batch starts none. The writer never writes a
+//! range a fill in flight covers (it waits), and `Log::truncate` waits for the fill in
+//! flight before moving the write position back: zeros never land on a batch. The content is the same as
 //! without it (zeros past the end), so recovery and the format do not change.
 
 use std::cell::RefCell;
@@ -28,6 +28,12 @@ use crate::sync::Event;
 pub const CHUNK: u64 = 1024 * 1024;
 /// A fill starts when fewer zeroed bytes than this are left past the batch end.
 pub const AHEAD: u64 = 4 * 1024 * 1024;
+/// A batch of at least this span starts no fill: written into unwritten blocks, its
+/// one extent conversion is spread over the whole batch, while zeroing in front of a
+/// stream of such batches (a follower catching up writes 1 MiB ones) writes every byte
+/// twice, and the disk's bandwidth was what a catch-up waited for
+/// (docs/results/2026-11-27-rebuild.md).
+pub const LARGE: u64 = 512 * 1024;
 
 #[derive(Default)]
 pub struct ZeroAhead {
@@ -79,7 +85,7 @@ impl ZeroAhead {
             st.seg = seg;
             st.zeroed_to = 0;
         }
-        if st.off || st.filling.is_some() || st.zeroed_to >= end.saturating_add(AHEAD) {
+        if end - pos >= LARGE || st.off || st.filling.is_some() || st.zeroed_to >= end.saturating_add(AHEAD) {
             return;
         }
         let from = st.zeroed_to.max(end);
