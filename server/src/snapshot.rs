@@ -132,8 +132,8 @@ pub fn write(dir: &Path, first: u64, bytes: &[u8]) -> Result<(), String> {
 }
 
 /// Bytes from `at` (at most `max`) of the snapshot at `first` in `dir`, and its size: what
-/// a follower being seeded and a backup of a trimmed log are sent, piece by piece. Read
-/// blocking, from the page cache.
+/// a follower being seeded and a backup of a trimmed log are sent, piece by piece. Reads
+/// blocking: on an executor use `piece_off_executor`.
 pub fn piece(dir: &Path, first: u64, at: u64, max: usize) -> Result<(u64, Vec<u8>), String> {
     use std::os::unix::fs::FileExt;
     let path = dir.join(file_name(first));
@@ -144,6 +144,14 @@ pub fn piece(dir: &Path, first: u64, at: u64, max: usize) -> Result<(u64, Vec<u8
     let mut bytes = vec![0u8; n];
     f.read_exact_at(&mut bytes, at).map_err(err)?;
     Ok((total, bytes))
+}
+
+/// `piece` on glommio's blocking-thread pool, for an executor: a snapshot of a million
+/// streams is tens of MB, and a piece that is not in the page cache would stall every
+/// connection and the commit loop of the shard while it is read.
+pub async fn piece_off_executor(dir: &Path, first: u64, at: u64, max: usize) -> Result<(u64, Vec<u8>), String> {
+    let dir = dir.to_path_buf();
+    glommio::executor().spawn_blocking(move || piece(&dir, first, at, max)).await
 }
 
 /// The snapshots in `dir`, ascending.

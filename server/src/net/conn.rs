@@ -275,7 +275,10 @@ async fn read_loop(shard: &Rc<Shard>, rd: &mut tls_io::Reader, out: &Rc<ConnOut>
                     let first = shard.log.first_offset();
                     let piece = match first {
                         0 => Ok((0, Vec::new())),
-                        _ => crate::snapshot::piece(shard.log.dir(), first, at, codec::MAX_READ_BYTES as usize),
+                        _ => {
+                            let max = codec::MAX_READ_BYTES as usize;
+                            crate::snapshot::piece_off_executor(shard.log.dir(), first, at, max).await
+                        }
                     };
                     match piece {
                         Ok((total, bytes)) => {

@@ -37,7 +37,7 @@ pub async fn send(shard: &Shard, wr: &mut Writer, first: u64) -> Result<u64, Str
     let mut out = Vec::with_capacity(PIECE + 64);
     let (mut at, mut total) = (0u64, None);
     while total.is_none_or(|t| at < t) {
-        let (t, bytes) = snapshot::piece(shard.log.dir(), first, at, PIECE)?;
+        let (t, bytes) = snapshot::piece_off_executor(shard.log.dir(), first, at, PIECE).await?;
         if *total.get_or_insert(t) != t || (bytes.is_empty() && at < t) {
             return Err(format!("the index snapshot at {first} changed while it was sent"));
         }
