@@ -463,16 +463,14 @@ impl Log {
         let mut count = 0u32;
         let mut at = from;
         while at < upto && (out.is_empty() || out.len() < max_bytes) {
-            if !out.is_empty() {
-                // The batch's span bounds its records' length from above.
-                let span = self.locate(at).map_or(0, |(_, b, _, _)| b.span as usize);
-                if out.len() + span.saturating_sub(BATCH_HEADER_LEN) > max_bytes {
-                    break;
-                }
-            }
-            let Some(recs) = self.fetch(at).await? else {
+            let Some(found) = self.locate(at) else {
                 break;
             };
+            // The batch's span bounds its records' length from above.
+            if !out.is_empty() && out.len() + (found.1.span as usize).saturating_sub(BATCH_HEADER_LEN) > max_bytes {
+                break;
+            }
+            let recs = self.fetch_located(found).await?;
             let mut p = 0;
             let mut full = false;
             for r in record::Records::new(&recs) {
@@ -536,9 +534,14 @@ impl Log {
 
     /// The records of the batch holding `at` (None: no batch holds it), read from disk.
     async fn fetch(&self, at: u64) -> io::Result<Option<BatchBytes>> {
-        let Some((file, b, si, _)) = self.locate(at) else {
-            return Ok(None);
-        };
+        match self.locate(at) {
+            Some(found) => self.fetch_located(found).await.map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// `fetch` of a batch `locate` found.
+    async fn fetch_located(&self, (file, b, si, _): (Rc<DmaFile>, Loc, usize, usize)) -> io::Result<BatchBytes> {
         let span = b.span as usize;
         let data = match file.read_at_aligned(b.pos, span).await.map_err(io::Error::from) {
             Ok(d) => Bytes::Polled(d),
@@ -564,7 +567,7 @@ impl Log {
                 ),
             ));
         };
-        Ok(Some(BatchBytes { data, records: BATCH_HEADER_LEN..BATCH_HEADER_LEN + h.records_len as usize }))
+        Ok(BatchBytes { data, records: BATCH_HEADER_LEN..BATCH_HEADER_LEN + h.records_len as usize })
     }
 
     /// A read the poll ring refused with EOPNOTSUPP, done with a plain `pread` on a
