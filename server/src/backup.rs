@@ -37,7 +37,6 @@ use corelog_client::record::{self, MAX_EXT_LEN, RECORD_HEADER_LEN};
 use corelog_client::{Client, ClientConfig, Error};
 use glommio::{LocalExecutorBuilder, Placement, PoolPlacement};
 
-use crate::cli::runtime;
 use crate::control;
 use crate::node::{self, Place, ServeConfig};
 use crate::wal::batch::{MAX_BATCH_BYTES, MAX_BATCH_RECORDS};
@@ -323,9 +322,9 @@ async fn write_shard(
             return Err(e);
         }
     };
-    let last = if from > shard.log.first_offset() {
+    let last = if from > shard.log().first_offset() {
         let (b, n) =
-            shard.log.read(from - 1, from, 1).await.map_err(|e| format!("read the backup's last record: {e}"))?;
+            shard.log().read(from - 1, from, 1).await.map_err(|e| format!("read the backup's last record: {e}"))?;
         assert_eq!(n, 1, "the log's last record");
         Some(b)
     } else {
@@ -343,8 +342,8 @@ async fn write_shard(
             }
             Some(ToWriter::End(end)) => {
                 shard.settle(end).await;
-                assert_eq!(shard.log.next_offset(), end);
-                let first = shard.log.first_offset();
+                assert_eq!(shard.log().next_offset(), end);
+                let first = shard.log().first_offset();
                 let bytes = p.bytes.load(Ordering::Relaxed);
                 return Ok(ShardCopy { shard: id, first, from, next: end, epoch, bytes });
             }
@@ -374,8 +373,13 @@ async fn open(
     }
     let (shard, line) = node::open_shard(Place::alone(id), cfg).await?;
     log::info!("{line}");
-    let next = shard.log.next_offset();
+    let next = shard.log().next_offset();
     Ok((shard, next))
+}
+
+/// A single-threaded tokio runtime for the backup's client.
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime")
 }
 
 #[cfg(test)]

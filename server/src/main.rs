@@ -413,7 +413,7 @@ fn serve_config(a: ServeArgs) -> Result<ServeConfig, String> {
     }
     Ok(ServeConfig {
         scrub_mib_per_s: scrub,
-        retain: corelog_server::retention::Policy { bytes: a.retain_bytes, age },
+        retain: corelog_server::shard::retention::Policy { bytes: a.retain_bytes, age },
         shutdown_timeout: Duration::from_millis(a.shutdown_timeout_ms),
         data_dir: a.data_dir,
         listen: a.listen,

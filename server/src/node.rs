@@ -13,15 +13,18 @@ use corelog_client::codec::Role;
 use glommio::net::TcpListener;
 use glommio::{LocalExecutorBuilder, Placement};
 
+pub use crate::net::tls::TlsFiles;
+
+use crate::boot;
 use crate::control;
 use crate::coord::cell::ControlCell;
 use crate::coord::{CoordConfig, Coordinator};
 use crate::metrics::{self, ShardMetrics};
 use crate::net::{fds, listener, tls};
 use crate::replica::{follower, leader};
+use crate::shard::retention;
 use crate::shard::{Shard, ShardConfig};
 use crate::wal::{self, recovery};
-use crate::{boot, retention};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum NodeRole {
@@ -69,7 +72,7 @@ pub struct ServeConfig {
     /// Coordinator mode: the role comes from etcd (`role` is then ignored).
     pub coord: Option<CoordConfig>,
     /// Which old segments each shard deletes (`retention.rs`).
-    pub retain: crate::retention::Policy,
+    pub retain: crate::shard::retention::Policy,
     /// SIGTERM/SIGINT: how long the graceful shutdown may take (`shutdown.rs`).
     pub shutdown_timeout: Duration,
     /// MiB/s of sealed segments the node's shards re-read together to find damage
@@ -108,19 +111,12 @@ impl ServeConfig {
             repl_timeout: d(5_000),
             max_producers: crate::producers::DEFAULT_MAX_PRODUCERS,
             coord: None,
-            retain: crate::retention::Policy::default(),
+            retain: crate::shard::retention::Policy::default(),
             shutdown_timeout: d(15_000),
             // A tool that writes a log does not re-read it (nor slow its writes by it).
             scrub_mib_per_s: 0.0,
         }
     }
-}
-
-#[derive(Clone, Debug)]
-pub struct TlsFiles {
-    pub cert: PathBuf,
-    pub key: PathBuf,
-    pub ca: PathBuf,
 }
 
 fn port_plus(addr: SocketAddr, n: u16) -> SocketAddr {
@@ -383,7 +379,7 @@ async fn start_shard(
     // Taken now (a clash is found before recovery), listened on once every shard is ready.
     let ports = ClientPorts::claim(cfg.listen, id)?;
     let (shard, recovered) = open_shard(place, cfg).await?;
-    let dir = shard.log.dir().to_path_buf();
+    let dir = shard.log().dir().to_path_buf();
     if let Some(base) = cfg.repl_listen {
         let a = port_plus(base, id);
         let l = listener::bind(a, false).map_err(|e| format!("replication listen {a}: {e}"))?;
@@ -508,14 +504,14 @@ pub async fn open_shard(place: Place, cfg: &ServeConfig) -> Result<(Rc<Shard>, S
     shard.release(); // publish the recovered offsets
     glommio::spawn_local(shard.clone().commit_loop()).detach();
     glommio::spawn_local(shard.clone().deadline_loop()).detach();
-    shard.metrics.first_offset.set(shard.log.first_offset() as f64);
+    shard.metrics().first_offset.set(shard.log().first_offset() as f64);
     if cfg.retain.any() {
         glommio::spawn_local(retention::run(shard.clone())).detach();
     }
     crate::scrub::spawn(&shard, cfg.scrub_mib_per_s, cfg.shard_count);
     let line = format!(
         "shard {id}: recovered {records} records in {segments} segment(s) ({how}), next offset {}, epoch {epoch}",
-        shard.log.next_offset(),
+        shard.log().next_offset(),
     );
     Ok((shard, line))
 }

@@ -468,7 +468,7 @@ struct Known {
 
 /// Scrubs the shard's sealed segments, round and round, for the life of the process.
 pub async fn run(shard: Rc<Shard>, bytes_per_s: u64) {
-    let ctl = shard.cfg.ctl.clone();
+    let ctl = shard.cfg().ctl.clone();
     while !ctl.started() {
         if ctl.stopping() {
             return;
@@ -486,7 +486,7 @@ pub async fn run(shard: Rc<Shard>, bytes_per_s: u64) {
         if ctl.stopping() {
             return;
         }
-        let segs = shard.log.segment_paths();
+        let segs = shard.log().segment_paths();
         let mut checked = 0;
         for w in segs.windows(2) {
             let ((first, path), next) = (&w[0], w[1].0);
@@ -507,7 +507,7 @@ pub async fn run(shard: Rc<Shard>, bytes_per_s: u64) {
             }
         }
         // Segments retention deleted take their damage with them.
-        let held = shard.log.segment_paths();
+        let held = shard.log().segment_paths();
         known.retain(|k| held.iter().any(|(f, _)| *f == k.first));
         set_damaged(&shard, &mut damaged, !known.is_empty());
         if checked == 0 {
@@ -515,7 +515,7 @@ pub async fn run(shard: Rc<Shard>, bytes_per_s: u64) {
             glommio::timer::sleep(IDLE).await;
             continue;
         }
-        shard.metrics.scrub_passes.increment(1);
+        shard.metrics().scrub_passes.increment(1);
     }
 }
 
@@ -543,7 +543,7 @@ fn note(shard: &Shard, known: &mut Vec<Known>, first: u64, path: &Path, found: V
     } else {
         let before: &[Damage] = i.map_or(&[], |i| &known[i].found);
         for d in found.iter().filter(|d| !before.contains(d)) {
-            shard.metrics.scrub_damage.increment(1);
+            shard.metrics().scrub_damage.increment(1);
             log::error!(
                 "shard {id}: scrub: DAMAGED segment {} {d}; a read of these records fails on this node: rebuild the shard from its peer (docs/operations.md §7.3)",
                 path.display()
@@ -560,7 +560,7 @@ fn note(shard: &Shard, known: &mut Vec<Known>, first: u64, path: &Path, found: V
 fn set_damaged(shard: &Shard, was: &mut bool, now: bool) {
     if *was != now {
         *was = now;
-        shard.metrics.scrub_damaged.set(if now { 1.0 } else { 0.0 });
+        shard.metrics().scrub_damaged.set(if now { 1.0 } else { 0.0 });
         crate::metrics::scrub_damage_known(now);
     }
 }
@@ -568,7 +568,7 @@ fn set_damaged(shard: &Shard, was: &mut bool, now: bool) {
 /// Checks one sealed segment: what it holds is reported only when, after its last read,
 /// the log still holds it as a sealed segment and its file is the one that was read.
 async fn scrub_segment(shard: &Rc<Shard>, pacer: &mut Pacer, first: u64, path: &Path, next: u64) -> Outcome {
-    let log = &shard.log;
+    let log = shard.log();
     let sealed = || {
         let segs = log.segment_paths();
         segs.iter().position(|(f, _)| *f == first).is_some_and(|i| i + 1 < segs.len())
@@ -602,13 +602,13 @@ async fn scrub_segment(shard: &Rc<Shard>, pacer: &mut Pacer, first: u64, path: &
         if !wait.is_zero() {
             glommio::timer::sleep(wait).await;
         }
-        if shard.cfg.ctl.stopping() {
+        if shard.cfg().ctl.stopping() {
             let _ = file.close().await;
             return Outcome::Skipped;
         }
         match read(&file, path, pos).await {
             Ok(bytes) => {
-                shard.metrics.scrub_bytes.increment(bytes.len() as u64);
+                shard.metrics().scrub_bytes.increment(bytes.len() as u64);
                 check.feed(&bytes);
                 pos += bytes.len() as u64;
                 if bytes.len() < CHUNK {

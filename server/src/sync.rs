@@ -135,8 +135,33 @@ impl Drop for EventWait<'_> {
     }
 }
 
+/// Takes `n` from a counter. One that would go below zero is a bug in its bookkeeping
+/// (in release it would wrap silently and lift every bound that reads it): stop there.
+pub fn take<T>(c: &Cell<T>, n: T, what: &str)
+where
+    T: Copy + PartialOrd + std::ops::Sub<Output = T> + std::fmt::Display,
+{
+    let v = c.get();
+    assert!(v >= n, "counter {what} would go below zero: {v} - {n}");
+    c.set(v - n);
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_counter_takes_what_it_holds() {
+        let c = Cell::new(3usize);
+        take(&c, 2, "c");
+        take(&c, 1, "c");
+        assert_eq!(c.get(), 0);
+    }
+
+    #[test]
+    #[should_panic(expected = "counter inflight would go below zero: 0 - 1")]
+    fn a_counter_below_zero_stops_with_its_name() {
+        take(&Cell::new(0u32), 1, "inflight");
+    }
+
     use super::*;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;

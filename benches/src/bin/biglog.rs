@@ -296,7 +296,7 @@ async fn write_shard(id: u16, shards: u16, quota: u64, a: &Args, p: &Progress) -
     let mut ext = Extensions::new(id, shards, a, &shard);
     let mut payload_buf = vec![0u8; a.payload_bytes];
     let mut run: Vec<u8> = Vec::with_capacity(a.batch_bytes);
-    let mut next = shard.log.next_offset();
+    let mut next = shard.log().next_offset();
     let end = next + quota;
     while next < end {
         let (first, mut count) = (next, 0u32);
@@ -323,11 +323,11 @@ async fn write_shard(id: u16, shards: u16, quota: u64, a: &Args, p: &Progress) -
         glommio::yield_if_needed().await;
     }
     shard.settle(end).await;
-    Ok(format!("shard {id}: next offset {}, {} segment file(s)", shard.log.next_offset(), segments(&shard)))
+    Ok(format!("shard {id}: next offset {}, {} segment file(s)", shard.log().next_offset(), segments(&shard)))
 }
 
 fn segments(shard: &corelog_server::shard::Shard) -> usize {
-    std::fs::read_dir(shard.log.dir())
+    std::fs::read_dir(shard.log().dir())
         .map(|rd| rd.flatten().filter(|e| e.file_name().to_string_lossy().ends_with(".log")).count())
         .unwrap_or(0)
 }

@@ -17,10 +17,11 @@ use corelog_client::codec::{
 use corelog_client::record::{self, check_stream_name};
 use glommio::net::TcpStream;
 
-use super::tls_io::{self, Writer};
+use super::outbox::Outbox;
+use super::tls_io;
 use crate::access::Access;
 use crate::authz::{Op, Resource};
-use crate::shard::{AckForm, AppendReq, ConnOut, Refused, Shard, Taken};
+use crate::shard::{AckForm, Answer, AppendReq, Refused, Shard, Taken};
 use crate::streamread::Found;
 use crate::sync::deadline;
 
@@ -28,8 +29,6 @@ use crate::sync::deadline;
 const RECHECK: std::time::Duration = std::time::Duration::from_secs(1);
 /// Appends one connection may have unanswered before we stop reading from it.
 pub const MAX_INFLIGHT_PER_CONN: u32 = 1024;
-/// Encoded responses buffered for one connection before producers wait (tails, reads).
-pub const MAX_OUT_BYTES: usize = 2 * 1024 * 1024;
 /// Bytes per `Records` push on a tail.
 const TAIL_CHUNK: usize = 256 * 1024;
 
@@ -48,11 +47,11 @@ pub async fn serve(shard: Rc<Shard>, sock: TcpStream, tls: Option<Box<rustls::Co
     let _ = sock.set_nodelay(true);
     // The TLS handshake and the first frame (`Hello`) must arrive by then: a silent or
     // half-open connection cannot hold a socket and its buffers for ever.
-    let hello_by = Instant::now() + shard.cfg.handshake_timeout;
-    let peer = shard.cfg.authz.as_ref().and_then(|_| sock.peer_addr().ok());
+    let hello_by = Instant::now() + shard.cfg().handshake_timeout;
+    let peer = shard.cfg().authz.as_ref().and_then(|_| sock.peer_addr().ok());
     let mut principal = None;
     let seen = |der: &[u8]| {
-        if let Some(a) = &shard.cfg.authz {
+        if let Some(a) = &shard.cfg().authz {
             principal = a.mapping.principal(der);
         }
     };
@@ -60,18 +59,21 @@ pub async fn serve(shard: Rc<Shard>, sock: TcpStream, tls: Option<Box<rustls::Co
     let (mut rd, wr) = match deadline(hello_by, handshake).await {
         Some(Ok(x)) => x,
         Some(Err(_)) => {
-            shard.metrics.tls_failures.increment(1);
+            shard.metrics().tls_failures.increment(1);
             return;
         }
         None => {
-            shard.metrics.handshake_timeouts.increment(1);
+            shard.metrics().handshake_timeouts.increment(1);
             return;
         }
     };
-    shard.metrics.connections.increment(1.0);
+    shard.metrics().connections.increment(1.0);
     shard.conn_opened();
-    let out = Rc::new(ConnOut::default());
-    let writer = glommio::spawn_local(write_loop(out.clone(), wr));
+    let out = Rc::new(Outbox::default());
+    let writer = {
+        let out = out.clone();
+        glommio::spawn_local(async move { out.write_loop(wr).await })
+    };
     // A graceful shutdown stops reading once every append taken is answered, and so does
     // a take-over in place for a connection greeted as a follower's; what is buffered is
     // still sent and the session closed (below).
@@ -80,23 +82,18 @@ pub async fn serve(shard: Rc<Shard>, sock: TcpStream, tls: Option<Box<rustls::Co
         shard.closing(&greeted).await;
         Ok(())
     };
-    let mut access = shard.cfg.authz.as_ref().map(|_| Box::new(Access::new(principal, peer)));
+    let mut access = shard.cfg().authz.as_ref().map(|_| Box::new(Access::new(principal, peer)));
     let conn = Conn { hello_by, greeted: &greeted, access: &mut access };
     let result = futures_lite::future::or(read_loop(&shard, &mut rd, &out, conn), closing).await;
     match result {
         Err((code, msg, req_id)) => out.push_error(req_id, code, &msg),
         // The client closed its sending side: what it sent is still answered (every
         // append gets its answer or an error by the ack deadline) unless it is gone.
-        Ok(()) => {
-            while out.inflight.get() > 0 && !out.closed.get() {
-                out.drained.wait().await;
-            }
-        }
+        Ok(()) => out.answered().await,
     }
-    out.closed.set(true);
-    out.wake.notify();
+    out.close();
     writer.await;
-    shard.metrics.connections.decrement(1.0);
+    shard.metrics().connections.decrement(1.0);
     shard.conn_closed();
 }
 
@@ -115,7 +112,7 @@ struct Conn<'a> {
 /// refusal. A stream name that is not UTF-8 is checked in its lossy form (the request is
 /// refused for that name anyway).
 fn permit(shard: &Shard, access: &mut Option<Box<Access>>, req: &Request<'_>) -> Result<(), Refused> {
-    let (Some(authz), Some(access)) = (&shard.cfg.authz, access.as_mut()) else { return Ok(()) };
+    let (Some(authz), Some(access)) = (&shard.cfg().authz, access.as_mut()) else { return Ok(()) };
     let named = |prefix: bool, n| Some((prefix, String::from_utf8_lossy(n)));
     let (op, names) = match req {
         Request::Hello { .. } => return Ok(()),
@@ -138,23 +135,23 @@ fn resource<S: AsRef<str>>(names: &Option<(bool, S)>) -> Resource<'_> {
     }
 }
 
-async fn read_loop(shard: &Rc<Shard>, rd: &mut tls_io::Reader, out: &Rc<ConnOut>, conn: Conn<'_>) -> Result<(), Fail> {
+/// Decodes and serves requests in order until the client closes, a request ends the
+/// connection (an error, a push stream's end), or the shard closes it.
+async fn read_loop(shard: &Rc<Shard>, rd: &mut tls_io::Reader, out: &Rc<Outbox>, conn: Conn<'_>) -> Result<(), Fail> {
     let Conn { hello_by, greeted, access } = conn;
-    let mut said_hello = false;
-    let mut version = 0u16;
+    let mut version = None; // the protocol version of the connection's Hello
     loop {
         // Decode every whole frame in the buffer.
-        loop {
-            let (frame, used) = match decode_frame_max(rd.data(), MAX_REQUEST_FRAME) {
-                Ok(Some(x)) => x,
-                Ok(None) => break,
-                Err(e) => return Err((e.code(), e.to_string(), 0)),
-            };
+        while let Some((frame, used)) =
+            decode_frame_max(rd.data(), MAX_REQUEST_FRAME).map_err(|e| (e.code(), e.to_string(), 0))?
+        {
             let req_id = frame.req_id;
             let req = Request::parse(&frame).map_err(|e| (e.code(), e.to_string(), req_id))?;
-            if !said_hello && !matches!(req, Request::Hello { .. }) {
-                return Err((ErrorCode::BadHandshake, "first frame must be Hello".into(), req_id));
-            }
+            let v = match (version, &req) {
+                (_, Request::Hello { version: v }) => *v,
+                (Some(v), _) => v,
+                (None, _) => return Err((ErrorCode::BadHandshake, "first frame must be Hello".into(), req_id)),
+            };
             if shard.greeted_other(greeted.get()) {
                 // Greeted as a follower's, and the shard took over since: this request is
                 // not served (nothing written); the connection closes like a restarted
@@ -164,167 +161,184 @@ async fn read_loop(shard: &Rc<Shard>, rd: &mut tls_io::Reader, out: &Rc<ConnOut>
             if let Err(refused) = permit(shard, access, &req) {
                 // Answered in order, and the connection stays: nothing was done. A client
                 // that sends denied requests and reads nothing holds a bounded buffer.
-                while out.buf.borrow().len() >= MAX_OUT_BYTES {
-                    out.drained.wait().await;
-                }
-                answer_later(shard, out, (req_id, version), refused).await;
+                out.room().await;
+                answer_later(shard, out, (req_id, v), refused).await;
                 rd.consume(used);
                 continue;
             }
+            let at = (req_id, v);
             match req {
                 Request::Hello { version: v } => {
-                    if !(MIN_PROTOCOL_VERSION..=PROTOCOL_VERSION).contains(&v) {
-                        return Err((
-                            ErrorCode::BadVersion,
-                            format!("protocol version {v} unsupported; this server speaks {MIN_PROTOCOL_VERSION} to {PROTOCOL_VERSION}"),
-                            req_id,
-                        ));
-                    }
-                    said_hello = true;
-                    version = v;
-                    if greeted.get().is_none() {
-                        greeted.set(Some(shard.role()));
-                    }
-                    // Answered at once, also behind appends still waiting: a client probes a
-                    // silent connection with a repeated Hello (protocol.md §6).
-                    let r = Response::HelloOk {
-                        version: v,
-                        shard: shard.id(),
-                        shard_count: shard.cfg.shard_count,
-                        role: shard.role(),
-                        epoch: shard.epoch(),
-                        leadership: (v >= LEADERSHIP_VERSION).then(|| leadership(shard)),
-                    };
-                    r.encode(req_id, &mut out.buf.borrow_mut());
-                    out.wake.notify();
+                    hello(shard, out, greeted, req_id, v)?;
+                    version = Some(v);
                 }
-                Request::Append { payload } => {
-                    append(shard, out, (req_id, version), AppendReq::default(), AckForm::V1, payload).await
-                }
+                Request::Append { payload } => append(shard, out, at, AppendReq::default(), AckForm::V1, payload).await,
                 Request::Append2 { producer, stream, payload } => {
-                    need_v2(version, "Append2", req_id)?;
+                    need_v2(v, "Append2", req_id)?;
                     let form = AckForm::V2 { duplicate: false, version: None };
                     match stream.map(|s| check_stream(shard, s)).transpose() {
-                        Ok(stream) => {
-                            let req = AppendReq { producer, stream };
-                            append(shard, out, (req_id, version), req, form, payload).await
-                        }
-                        Err(e) => answer_later(shard, out, (req_id, version), e).await,
+                        Ok(stream) => append(shard, out, at, AppendReq { producer, stream }, form, payload).await,
+                        Err(e) => answer_later(shard, out, at, e).await,
                     }
                 }
                 Request::ReadStream { name, from_version, max_count, max_bytes } => {
-                    need_v2(version, "ReadStream", req_id)?;
-                    let checked = check_stream(shard, StreamReq { name, expect_kind: 0, expected: 0 });
-                    match checked {
+                    need_v2(v, "ReadStream", req_id)?;
+                    match check_stream(shard, StreamReq { name, expect_kind: 0, expected: 0 }) {
                         Ok((name, _)) => {
-                            let q = StreamRead { req_id, version, from: from_version, max_count, max_bytes };
+                            let q = StreamRead { req_id, version: v, from: from_version, max_count, max_bytes };
                             Box::pin(read_stream(shard, out, name, q)).await?
                         }
-                        Err(e) => answer_later(shard, out, (req_id, version), e).await,
+                        Err(e) => answer_later(shard, out, at, e).await,
                     }
                 }
                 Request::Read { shard: s, from, max_bytes } => {
                     check_shard(shard, s, req_id)?;
-                    // Earlier appends answered first; unsent answers stay bounded.
-                    while out.inflight.get() > 0 || out.buf.borrow().len() >= MAX_OUT_BYTES {
-                        out.drained.wait().await;
-                    }
-                    let first = shard.log.first_offset();
-                    if from < first {
-                        push_out_of_range(out, version, req_id, first, &format!("offset {from}"));
-                        rd.consume(used);
-                        continue;
-                    }
-                    let max = max_bytes.min(codec::MAX_READ_BYTES) as usize;
-                    let (recs, count) = Box::pin(shard.log.read(from, shard.committed(), max))
-                        .await
-                        .map_err(|e| (ErrorCode::Internal, e.to_string(), req_id))?;
-                    let next = from + count as u64;
-                    Response::Records { shard: s, next_offset: next, count, records: &recs }
-                        .encode(req_id, &mut out.buf.borrow_mut());
-                    out.wake.notify();
+                    Box::pin(read(shard, out, at, from, max_bytes)).await?
+                }
+                Request::Trim { shard: s, before } => {
+                    need_v2(v, "Trim", req_id)?;
+                    check_shard(shard, s, req_id)?;
+                    Box::pin(trim(shard, out, req_id, before)).await
+                }
+                Request::IndexSnapshot { shard: s, at: snap_at } => {
+                    need_v2(v, "IndexSnapshot", req_id)?;
+                    check_shard(shard, s, req_id)?;
+                    Box::pin(index_snapshot(shard, out, req_id, snap_at)).await
                 }
                 Request::Tail { shard: s, from } => {
                     check_shard(shard, s, req_id)?;
                     rd.consume(used);
-                    let push = Push { req_id, version, from, filter: None };
+                    let push = Push { req_id, version: v, from, filter: None };
                     return Box::pin(push_until_closed(shard, rd, out, push, access)).await;
                 }
-                Request::Trim { shard: s, before } => {
-                    need_v2(version, "Trim", req_id)?;
-                    check_shard(shard, s, req_id)?;
-                    while out.inflight.get() > 0 {
-                        out.drained.wait().await;
-                    }
-                    match Box::pin(crate::retention::trim(shard, Some(before))).await {
-                        Ok(first) => Response::Trimmed { shard: s, first_offset: first }
-                            .encode(req_id, &mut out.buf.borrow_mut()),
-                        Err(e) => {
-                            codec::encode_error(req_id, ErrorCode::Internal as u16, &e, &mut out.buf.borrow_mut())
-                        }
-                    }
-                    out.wake.notify();
-                }
-                Request::IndexSnapshot { shard: s, at } => {
-                    need_v2(version, "IndexSnapshot", req_id)?;
-                    check_shard(shard, s, req_id)?;
-                    while out.inflight.get() > 0 || out.buf.borrow().len() >= MAX_OUT_BYTES {
-                        out.drained.wait().await;
-                    }
-                    // A log that starts at 0 has no snapshot: nothing is below it.
-                    let first = shard.log.first_offset();
-                    let piece = match first {
-                        0 => Ok((0, Vec::new())),
-                        _ => {
-                            let max = codec::MAX_READ_BYTES as usize;
-                            crate::snapshot::piece_off_executor(shard.log.dir(), first, at, max).await
-                        }
-                    };
-                    match piece {
-                        Ok((total, bytes)) => {
-                            Response::IndexSnapshotPiece { shard: s, first_offset: first, total, at, bytes: &bytes }
-                                .encode(req_id, &mut out.buf.borrow_mut())
-                        }
-                        Err(e) => {
-                            codec::encode_error(req_id, ErrorCode::Internal as u16, &e, &mut out.buf.borrow_mut())
-                        }
-                    }
-                    out.wake.notify();
-                }
                 Request::Subscribe { stream, name, from } => {
-                    need_v2(version, "Subscribe", req_id)?;
-                    let (from, filter) = match Box::pin(subscription(shard, stream, name, from)).await {
-                        Ok(f) => f,
-                        // A refused subscription ends the connection (nothing may follow).
-                        Err(Refused::Error(code, msg)) => return Err((code, msg, req_id)),
-                        Err(Refused::WrongVersion { msg, .. }) => return Err((ErrorCode::BadRequest, msg, req_id)),
-                        Err(Refused::OutOfRange { first, what }) => {
-                            push_out_of_range(out, version, req_id, first, &what);
-                            return Ok(());
-                        }
+                    need_v2(v, "Subscribe", req_id)?;
+                    let Some((from, filter)) = Box::pin(subscribe(shard, out, at, stream, name, from)).await? else {
+                        return Ok(());
                     };
                     rd.consume(used);
-                    let push = Push { req_id, version, from, filter: Some(filter) };
+                    let push = Push { req_id, version: v, from, filter: Some(filter) };
                     return Box::pin(push_until_closed(shard, rd, out, push, access)).await;
                 }
             }
             rd.consume(used);
         }
-        let filled = if said_hello {
-            rd.fill().await
-        } else {
-            match deadline(hello_by, rd.fill()).await {
-                Some(r) => r,
-                None => {
-                    shard.metrics.handshake_timeouts.increment(1);
-                    let msg = format!("no Hello within {:?} of connecting", shard.cfg.handshake_timeout);
-                    return Err((ErrorCode::BadHandshake, msg, 0));
-                }
+        if !fill(shard, rd, version.is_some(), hello_by).await? {
+            return Ok(());
+        }
+    }
+}
+
+/// Reads more of the request stream; false when the client closed it (or it broke).
+/// Before the `Hello` it must come by `hello_by`.
+async fn fill(shard: &Shard, rd: &mut tls_io::Reader, said_hello: bool, hello_by: Instant) -> Result<bool, Fail> {
+    let filled = if said_hello {
+        rd.fill().await
+    } else {
+        match deadline(hello_by, rd.fill()).await {
+            Some(r) => r,
+            None => {
+                shard.metrics().handshake_timeouts.increment(1);
+                let msg = format!("no Hello within {:?} of connecting", shard.cfg().handshake_timeout);
+                return Err((ErrorCode::BadHandshake, msg, 0));
             }
-        };
-        match filled {
-            Ok(true) => {}
-            Ok(false) | Err(_) => return Ok(()),
+        }
+    };
+    Ok(filled.unwrap_or(false))
+}
+
+/// `Hello`: answered at once, also behind appends still waiting: a client probes a
+/// silent connection with a repeated Hello (protocol.md §6). The first one fixes the
+/// role the connection was greeted as.
+fn hello(shard: &Shard, out: &Outbox, greeted: &Cell<Option<Role>>, req_id: u64, v: u16) -> Result<(), Fail> {
+    if !(MIN_PROTOCOL_VERSION..=PROTOCOL_VERSION).contains(&v) {
+        let msg = format!(
+            "protocol version {v} unsupported; this server speaks {MIN_PROTOCOL_VERSION} to {PROTOCOL_VERSION}"
+        );
+        return Err((ErrorCode::BadVersion, msg, req_id));
+    }
+    if greeted.get().is_none() {
+        greeted.set(Some(shard.role()));
+    }
+    let r = Response::HelloOk {
+        version: v,
+        shard: shard.id(),
+        shard_count: shard.cfg().shard_count,
+        role: shard.role(),
+        epoch: shard.epoch(),
+        leadership: (v >= LEADERSHIP_VERSION).then(|| leadership(shard)),
+    };
+    out.push(|b| r.encode(req_id, b));
+    Ok(())
+}
+
+/// `Read`: committed records of the shard from `from`, after the connection's earlier
+/// appends are answered; unsent answers stay bounded.
+async fn read(shard: &Shard, out: &Outbox, at: (u64, u16), from: u64, max_bytes: u32) -> Result<(), Fail> {
+    let (req_id, version) = at;
+    out.answered_with_room().await;
+    let first = shard.log().first_offset();
+    if from < first {
+        push_out_of_range(out, version, req_id, first, &format!("offset {from}"));
+        return Ok(());
+    }
+    let max = max_bytes.min(codec::MAX_READ_BYTES) as usize;
+    let (recs, count) = shard
+        .log()
+        .read(from, shard.committed(), max)
+        .await
+        .map_err(|e| (ErrorCode::Internal, e.to_string(), req_id))?;
+    let r = Response::Records { shard: shard.id(), next_offset: from + count as u64, count, records: &recs };
+    out.push(|b| r.encode(req_id, b));
+    Ok(())
+}
+
+/// `Trim`: deletes whole segments below `before` (`retention::trim`).
+async fn trim(shard: &Rc<Shard>, out: &Outbox, req_id: u64, before: u64) {
+    out.answered().await;
+    match crate::shard::retention::trim(shard, Some(before)).await {
+        Ok(first) => out.push(|b| Response::Trimmed { shard: shard.id(), first_offset: first }.encode(req_id, b)),
+        Err(e) => out.push_error(req_id, ErrorCode::Internal, &e),
+    }
+}
+
+/// `IndexSnapshot`: one piece of the snapshot of the derived state at the log's first
+/// offset (a seed of an empty follower or a backup of a trimmed log).
+async fn index_snapshot(shard: &Shard, out: &Outbox, req_id: u64, at: u64) {
+    out.answered_with_room().await;
+    // A log that starts at 0 has no snapshot: nothing is below it.
+    let first = shard.log().first_offset();
+    let piece = match first {
+        0 => Ok((0, Vec::new())),
+        _ => crate::snapshot::piece_off_executor(shard.log().dir(), first, at, codec::MAX_READ_BYTES as usize).await,
+    };
+    match piece {
+        Ok((total, bytes)) => out.push(|b| {
+            Response::IndexSnapshotPiece { shard: shard.id(), first_offset: first, total, at, bytes: &bytes }
+                .encode(req_id, b)
+        }),
+        Err(e) => out.push_error(req_id, ErrorCode::Internal, &e),
+    }
+}
+
+/// `Subscribe`: where the push stream starts and what it keeps. None: it ended before
+/// it began (`OutOfRange` answered); a refusal ends the connection (nothing may follow).
+async fn subscribe(
+    shard: &Shard,
+    out: &Outbox,
+    at: (u64, u16),
+    stream: bool,
+    name: &[u8],
+    from: u64,
+) -> Result<Option<(u64, Filter)>, Fail> {
+    let (req_id, version) = at;
+    match subscription(shard, stream, name, from).await {
+        Ok(f) => Ok(Some(f)),
+        Err(Refused::Error(code, msg)) => Err((code, msg, req_id)),
+        Err(Refused::WrongVersion { msg, .. }) => Err((ErrorCode::BadRequest, msg, req_id)),
+        Err(Refused::OutOfRange { first, what }) => {
+            push_out_of_range(out, version, req_id, first, &what);
+            Ok(None)
         }
     }
 }
@@ -343,7 +357,7 @@ fn check_stream<'a>(shard: &Shard, s: StreamReq<'a>) -> Result<(&'a str, codec::
     let bad = |m: String| Refused::Error(ErrorCode::BadRequest, m);
     let name = check_stream_name(s.name).map_err(bad)?;
     let expect = s.expect().map_err(bad)?;
-    let home = codec::stream_shard(s.name, shard.cfg.shard_count);
+    let home = codec::stream_shard(s.name, shard.cfg().shard_count);
     if home != shard.id() {
         let msg = format!(
             "stream {name:?} lives on shard {home}; this connection is served by shard {} (reach shard {home} on its direct port, client port + 1 + {home})",
@@ -356,7 +370,7 @@ fn check_stream<'a>(shard: &Shard, s: StreamReq<'a>) -> Result<(&'a str, codec::
 
 /// This node's view of leadership, as a version-3 `HelloOk` tells it.
 fn leadership(shard: &Shard) -> Leadership {
-    let ctl = &shard.cfg.ctl;
+    let ctl = &shard.cfg().ctl;
     let (epoch, follower_view) = ctl.view();
     let state = match (ctl.coordinated(), shard.role()) {
         (false, _) => LeaderState::Unknown,
@@ -381,35 +395,28 @@ fn hint(shard: &Shard) -> Hint {
 
 /// Answers a refused request once every earlier answer of the connection has left.
 /// `at`: the request id and the connection's protocol version.
-async fn answer_later(shard: &Shard, out: &Rc<ConnOut>, at: (u64, u16), r: Refused) {
+async fn answer_later(shard: &Shard, out: &Rc<Outbox>, at: (u64, u16), r: Refused) {
     let (req_id, version) = at;
-    while out.inflight.get() > 0 {
-        out.drained.wait().await;
-    }
+    out.answered().await;
     match r {
         Refused::Error(code, msg) if version >= LEADERSHIP_VERSION && codec::carries_hint(code as u16) => {
-            codec::encode_refusal(req_id, code as u16, &msg, hint(shard), &mut out.buf.borrow_mut());
-            out.wake.notify();
+            out.push(|b| codec::encode_refusal(req_id, code as u16, &msg, hint(shard), b))
         }
         Refused::Error(code, msg) => out.push_error(req_id, code, &msg),
-        Refused::WrongVersion { current, msg } => {
-            codec::encode_wrong_version(req_id, current, &msg, &mut out.buf.borrow_mut());
-            out.wake.notify();
-        }
+        Refused::WrongVersion { current, msg } => out.push(|b| codec::encode_wrong_version(req_id, current, &msg, b)),
         Refused::OutOfRange { first, what } => push_out_of_range(out, 2, req_id, first, &what),
     }
 }
 
 /// Answers that `what` was deleted by retention and `first` is the first still held
 /// (after the message on a version-2 connection; version 1 gets the plain error).
-fn push_out_of_range(out: &ConnOut, version: u16, req_id: u64, first: u64, what: &str) {
+fn push_out_of_range(out: &Outbox, version: u16, req_id: u64, first: u64, what: &str) {
     let msg = format!("{what} was deleted by retention; the first still held is {first}");
     if version >= 2 {
-        codec::encode_out_of_range(req_id, first, &msg, &mut out.buf.borrow_mut());
+        out.push(|b| codec::encode_out_of_range(req_id, first, &msg, b));
     } else {
-        codec::encode_error(req_id, ErrorCode::OutOfRange as u16, &msg, &mut out.buf.borrow_mut());
+        out.push_error(req_id, ErrorCode::OutOfRange, &msg);
     }
-    out.wake.notify();
 }
 
 /// One append (either version). Errors and duplicates are answered after every earlier
@@ -417,28 +424,25 @@ fn push_out_of_range(out: &ConnOut, version: u16, req_id: u64, first: u64, what:
 /// the connection's protocol version.
 async fn append(
     shard: &Rc<Shard>,
-    out: &Rc<ConnOut>,
+    out: &Rc<Outbox>,
     at: (u64, u16),
     req: AppendReq<'_>,
     form: AckForm,
     payload: &[u8],
 ) {
     let req_id = at.0;
-    while out.inflight.get() >= MAX_INFLIGHT_PER_CONN {
-        out.drained.wait().await;
-    }
+    out.wait(MAX_INFLIGHT_PER_CONN - 1, false).await;
+    let answer: Rc<dyn Answer> = out.clone();
     loop {
-        let taken = shard.append(req, form, payload, out, req_id).await;
+        let taken = shard.append(req, form, payload, &answer, req_id).await;
         if taken == Ok(Taken::Staged) {
             return;
         }
         match taken {
             Ok(_) => {
-                while out.inflight.get() > 0 {
-                    out.drained.wait().await;
-                }
+                out.answered().await;
                 let p = req.producer.expect("only idempotent appends are duplicates");
-                if Box::pin(shard.answer_duplicate(p, req.stream.map(|s| s.0), out, req_id)).await {
+                if Box::pin(shard.answer_duplicate(p, req.stream.map(|s| s.0), &answer, req_id)).await {
                     return;
                 }
                 // The original's offset was handed out again meanwhile: append it anew.
@@ -458,11 +462,9 @@ struct StreamRead {
 }
 
 /// A `ReadStream`: committed events of one stream, after every earlier answer.
-async fn read_stream(shard: &Rc<Shard>, out: &Rc<ConnOut>, name: &str, q: StreamRead) -> Result<(), Fail> {
+async fn read_stream(shard: &Rc<Shard>, out: &Rc<Outbox>, name: &str, q: StreamRead) -> Result<(), Fail> {
     let StreamRead { req_id, version, from, max_count, max_bytes } = q;
-    while out.inflight.get() > 0 || out.buf.borrow().len() >= MAX_OUT_BYTES {
-        out.drained.wait().await;
-    }
+    out.answered_with_room().await;
     let max = max_count.min(codec::MAX_READ_COUNT) as usize;
     let gone = |first| push_out_of_range(out, version, req_id, first, &format!("version {from} of stream {name:?}"));
     let internal = |e: std::io::Error| (ErrorCode::Internal, e.to_string(), req_id);
@@ -475,10 +477,10 @@ async fn read_stream(shard: &Rc<Shard>, out: &Rc<ConnOut>, name: &str, q: Stream
             }
         };
     let max_bytes = max_bytes.min(codec::MAX_READ_BYTES) as usize;
-    let (recs, count) = match shard.log.read_offsets(&offsets, max_bytes).await {
+    let (recs, count) = match shard.log().read_offsets(&offsets, max_bytes).await {
         Ok(r) => r,
         // Trimmed while it was read.
-        Err(_) if offsets.first().is_some_and(|&o| o < shard.log.first_offset()) => {
+        Err(_) if offsets.first().is_some_and(|&o| o < shard.log().first_offset()) => {
             match stream_offsets(shard, name, from, shard.committed(), 1).await.map_err(internal)? {
                 Found::Gone { first } => gone(first),
                 Found::Events { .. } => gone(from.saturating_add(1)),
@@ -503,9 +505,10 @@ async fn read_stream(shard: &Rc<Shard>, out: &Rc<ConnOut>, name: &str, q: Stream
         at += n;
     }
     let next_version = from.min(end_version) + count as u64;
-    Response::StreamRecords { shard: shard.id(), next_version, end_version, count, records: &recs }
-        .encode(req_id, &mut out.buf.borrow_mut());
-    out.wake.notify();
+    out.push(|b| {
+        Response::StreamRecords { shard: shard.id(), next_version, end_version, count, records: &recs }
+            .encode(req_id, b)
+    });
     Ok(())
 }
 
@@ -513,13 +516,13 @@ fn check_shard(shard: &Shard, s: u16, req_id: u64) -> Result<(), Fail> {
     if s == shard.id() {
         return Ok(());
     }
-    let msg = if s < shard.cfg.shard_count {
+    let msg = if s < shard.cfg().shard_count {
         format!(
             "this connection is served by shard {}; shard {s} is served on its direct port (client port + 1 + {s})",
             shard.id()
         )
     } else {
-        format!("no shard {s}: the node has {} shard(s)", shard.cfg.shard_count)
+        format!("no shard {s}: the node has {} shard(s)", shard.cfg().shard_count)
     };
     Err((ErrorCode::NoSuchShard, msg, req_id))
 }
@@ -528,7 +531,7 @@ fn check_shard(shard: &Shard, s: u16, req_id: u64) -> Result<(), Fail> {
 /// most `max` (`streamread`).
 async fn stream_offsets(shard: &Shard, name: &str, from: u64, end: u64, max: usize) -> std::io::Result<Found> {
     match shard.with_index(|t| t.streams.locate(name)) {
-        Some(l) => crate::streamread::offsets(&shard.log, &l, from, end, max).await,
+        Some(l) => crate::streamread::offsets(shard.log(), &l, from, end, max).await,
         None => Ok(Found::Events { offsets: Vec::new(), end_version: 0 }),
     }
 }
@@ -542,7 +545,7 @@ async fn subscription(shard: &Shard, stream: bool, name: &[u8], from: u64) -> Re
     if !stream {
         let prefix = std::str::from_utf8(name)
             .map_err(|e| Refused::Error(ErrorCode::BadRequest, format!("prefix is not UTF-8 ({e})")))?;
-        let first = shard.log.first_offset();
+        let first = shard.log().first_offset();
         if from < first {
             return Err(Refused::OutOfRange { first, what: format!("offset {from}") });
         }
@@ -576,7 +579,7 @@ struct Push {
 async fn push_until_closed(
     shard: &Rc<Shard>,
     rd: &mut tls_io::Reader,
-    out: &Rc<ConnOut>,
+    out: &Rc<Outbox>,
     p: Push,
     access: &mut Option<Box<Access>>,
 ) -> Result<(), Fail> {
@@ -618,7 +621,7 @@ async fn push_until_closed(
     // Under a policy, a push the policy no longer allows ends with `Forbidden` within
     // `RECHECK` of the change (a check between changes is one atomic load).
     let revoked = async {
-        let (Some(authz), Some(access)) = (&shard.cfg.authz, access.as_mut()) else {
+        let (Some(authz), Some(access)) = (&shard.cfg().authz, access.as_mut()) else {
             return std::future::pending().await;
         };
         loop {
@@ -632,8 +635,8 @@ async fn push_until_closed(
     // Stop the push stream first, so that the error (sent by the caller) is the last
     // frame of the connection.
     stop.set(true);
-    shard.durable_ev.notify();
-    out.drained.notify();
+    shard.nudge();
+    out.nudge();
     t.await;
     r
 }
@@ -676,62 +679,37 @@ fn filtered<'a>(recs: &'a [u8], count: u32, filter: Option<&Filter>) -> (std::bo
 /// Pushes committed records from `from` as they become durable (only those `filter`
 /// keeps), until the connection closes. Bounded by `MAX_OUT_BYTES` of unsent responses.
 /// Ends with `OutOfRange` if retention deletes what it has yet to push (a slow reader).
-async fn tail(shard: Rc<Shard>, out: Rc<ConnOut>, p: Push, stop: Rc<Cell<bool>>) {
+async fn tail(shard: Rc<Shard>, out: Rc<Outbox>, p: Push, stop: Rc<Cell<bool>>) {
     let Push { req_id, version, from: mut at, filter } = p;
-    while !out.closed.get() && !stop.get() {
-        let first = shard.log.first_offset();
+    while !out.closed() && !stop.get() {
+        let first = shard.log().first_offset();
         if at < first {
             push_out_of_range(&out, version, req_id, first, &format!("offset {at}"));
             return;
         }
-        if out.buf.borrow().len() >= MAX_OUT_BYTES {
-            out.drained.wait().await;
+        if out.full() {
+            out.drained().await;
             continue;
         }
         let end = shard.committed();
         if at >= end {
-            shard.durable_ev.wait().await;
+            shard.changed().await;
             continue;
         }
-        match shard.log.read(at, end, TAIL_CHUNK).await {
+        match shard.log().read(at, end, TAIL_CHUNK).await {
             Ok((recs, count)) if count > 0 => {
                 at += count as u64;
                 let (recs, count) = filtered(&recs, count, filter.as_ref());
                 if count > 0 {
-                    Response::Records { shard: shard.id(), next_offset: at, count, records: &recs }
-                        .encode(req_id, &mut out.buf.borrow_mut());
-                    out.wake.notify();
+                    let r = Response::Records { shard: shard.id(), next_offset: at, count, records: &recs };
+                    out.push(|b| r.encode(req_id, b));
                 }
             }
-            Ok(_) => shard.durable_ev.wait().await,
+            Ok(_) => shard.changed().await,
             Err(e) => {
                 out.push_error(req_id, ErrorCode::Internal, &e.to_string());
                 return;
             }
         }
     }
-}
-
-/// Sends whatever responses accumulated, one write per wake-up, until closed.
-async fn write_loop(out: Rc<ConnOut>, mut wr: Writer) {
-    let mut pending = Vec::new(); // grows to what the connection needs
-    loop {
-        std::mem::swap(&mut pending, &mut *out.buf.borrow_mut());
-        if pending.is_empty() {
-            if out.closed.get() {
-                break;
-            }
-            out.drained.notify();
-            out.wake.wait().await;
-            continue;
-        }
-        if wr.write(&pending).await.is_err() {
-            out.closed.set(true);
-            out.drained.notify();
-            break;
-        }
-        pending.clear();
-        out.drained.notify();
-    }
-    wr.close().await;
 }

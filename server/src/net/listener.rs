@@ -114,7 +114,7 @@ pub async fn accept_clients(shard: Rc<Shard>, listener: TcpListener, tls_cfg: tl
                     continue;
                 }
                 let Some(slot) = cap.try_take() else {
-                    shard.metrics.connections_refused.increment(1);
+                    shard.metrics().connections_refused.increment(1);
                     drop(sock);
                     continue;
                 };

@@ -5,6 +5,7 @@ pub mod conn;
 pub mod fds;
 pub mod ktls;
 pub mod listener;
+pub mod outbox;
 pub mod peer;
 pub mod reload;
 pub mod tls;

@@ -15,8 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
 
 use super::peer::PeerName;
-use super::tls::{self, Live};
-use crate::node::TlsFiles;
+use super::tls::{self, Live, TlsFiles};
 
 const POLL: Duration = Duration::from_millis(500);
 const TICK: Duration = Duration::from_millis(100);

@@ -108,3 +108,11 @@ pub fn connect(cfg: &ClientTls, name: &str) -> Result<Option<rustls::Connection>
     let conn = rustls::ClientConnection::new(c.current(), name).map_err(|e| e.to_string())?;
     Ok(Some(rustls::Connection::Client(conn)))
 }
+
+/// A node's certificate, key and CA files (PEM), re-read when they change (`reload`).
+#[derive(Clone, Debug)]
+pub struct TlsFiles {
+    pub cert: std::path::PathBuf,
+    pub key: std::path::PathBuf,
+    pub ca: std::path::PathBuf,
+}

@@ -72,13 +72,13 @@ pub struct CatchUp {
 
 impl CatchUp {
     pub fn start(shard: &Shard, cursor: u64) -> CatchUp {
-        let end = shard.log.next_offset();
+        let end = shard.log().next_offset();
         log::info!(
             "shard {}: catching the follower up from the segments at offset {cursor} (not in the {} bytes of recent batches kept in memory): {} records behind{}",
             shard.id(),
-            shard.cfg.recent_bytes,
+            shard.cfg().recent_bytes,
             end - cursor,
-            match shard.cfg.catch_up_rate {
+            match shard.cfg().catch_up_rate {
                 r if r > 0.0 => format!(", at most {:.1} MB/s", r / 1e6),
                 _ => String::new(),
             }
@@ -87,8 +87,8 @@ impl CatchUp {
         CatchUp {
             shard: shard.id(),
             tally: Tally::new(cursor),
-            rate: shard.cfg.catch_up_rate,
-            remaining: shard.metrics.rebuild_remaining.clone(),
+            rate: shard.cfg().catch_up_rate,
+            remaining: shard.metrics().rebuild_remaining.clone(),
         }
     }
 
@@ -106,15 +106,15 @@ impl CatchUp {
     /// `count` records of `bytes` sent; the follower's next offset is now `cursor`.
     pub fn sent(&mut self, shard: &Shard, count: u32, bytes: usize, cursor: u64) {
         self.tally.add(count, bytes);
-        shard.metrics.rebuild_bytes.increment(bytes as u64);
-        let behind = shard.log.next_offset().saturating_sub(cursor);
+        shard.metrics().rebuild_bytes.increment(bytes as u64);
+        let behind = shard.log().next_offset().saturating_sub(cursor);
         let left = self.tally.left(behind);
         self.remaining.set(left as f64);
         if let Some(r) = self.tally.report(behind) {
             log::info!(
                 "shard {}: catching the follower up: at offset {cursor} of {}, {behind} records (≈ {:.1} MB) behind; {r}",
                 self.shard,
-                shard.log.next_offset(),
+                shard.log().next_offset(),
                 left as f64 / 1e6
             );
         }
@@ -154,7 +154,7 @@ impl Behind {
             target,
             tally: Tally::new(from),
             reporting: false,
-            remaining: shard.metrics.rebuild_remaining.clone(),
+            remaining: shard.metrics().rebuild_remaining.clone(),
         })
     }
 
@@ -174,7 +174,7 @@ impl Behind {
             return false;
         }
         if self.reporting {
-            shard.metrics.rebuild_bytes.increment(bytes as u64);
+            shard.metrics().rebuild_bytes.increment(bytes as u64);
         }
         let Some(r) = self.tally.report(behind) else { return true };
         if !self.reporting {

@@ -61,14 +61,14 @@ async fn serve(
 ) -> Result<(), String> {
     let _ = sock.set_nodelay(true);
     // TLS and the leader's Hello by then, or the connection is dropped unread.
-    let hello_by = Instant::now() + shard.cfg.handshake_timeout;
+    let hello_by = Instant::now() + shard.cfg().handshake_timeout;
     let timed_out = || {
-        shard.metrics.handshake_timeouts.increment(1);
-        format!("no TLS handshake and Hello within {:?}", shard.cfg.handshake_timeout)
+        shard.metrics().handshake_timeouts.increment(1);
+        format!("no TLS handshake and Hello within {:?}", shard.cfg().handshake_timeout)
     };
     let (mut rd, mut wr) =
         deadline(hello_by, tls_io::establish_as(sock, t, "replication")).await.ok_or_else(timed_out)?.map_err(|e| {
-            shard.metrics.tls_failures.increment(1);
+            shard.metrics().tls_failures.increment(1);
             format!("TLS handshake failed: {e}")
         })?;
     let mut used = 0;
@@ -88,9 +88,9 @@ async fn serve(
             )
             .await);
         }
-        if s != shard.id() || shard_count != shard.cfg.shard_count {
+        if s != shard.id() || shard_count != shard.cfg().shard_count {
             let msg =
-                format!("peer shard {s}/{shard_count} does not match ours {}/{}", shard.id(), shard.cfg.shard_count);
+                format!("peer shard {s}/{shard_count} does not match ours {}/{}", shard.id(), shard.cfg().shard_count);
             return Err(refuse(&mut wr, ErrorCode::BadHandshake, msg).await);
         }
         let mine = shard.epoch();
@@ -129,17 +129,17 @@ async fn serve(
     gen.set(gen.get() + 1);
     let my_gen = gen.get();
     // Report a settled end: wait for batches of an earlier connection to hit the disk.
-    while shard.assigned() != shard.log.next_offset() {
-        shard.durable_ev.wait().await;
+    while shard.assigned() != shard.log().next_offset() {
+        shard.changed().await;
     }
     let mut out = Vec::new();
     Repl::Hello {
         version: REPL_PROTOCOL_VERSION,
         shard: shard.id(),
-        shard_count: shard.cfg.shard_count,
+        shard_count: shard.cfg().shard_count,
         epoch: shard.epoch(),
-        next_offset: shard.log.next_offset(),
-        last_epoch: shard.log.last_epoch(),
+        next_offset: shard.log().next_offset(),
+        last_epoch: shard.log().last_epoch(),
     }
     .encode(&mut out);
     wr.write(&out).await.map_err(|e| e.to_string())?;
@@ -154,7 +154,7 @@ async fn serve(
                 }
                 shard.adopt_epoch(dir, leader_epoch)?;
                 seed::receive(shard, &mut rd, &mut used, first, dir).await?;
-                crate::coord::stop_and_exec(&shard.cfg.ctl);
+                crate::coord::stop_and_exec(&shard.cfg().ctl);
             }
             _ => return Err("expected Welcome".into()),
         };
@@ -167,8 +167,8 @@ async fn serve(
         // The epoch is durable before any cut or record of it: a leader whose epoch we
         // accepted can never be outbid by a restarted incarnation of itself.
         shard.adopt_epoch(dir, epoch)?;
-        let truncate_to = shard.log.with_history(|h| handshake::follower_cut(h, truncate_to, common_epoch));
-        let first = shard.log.first_offset();
+        let truncate_to = shard.log().with_history(|h| handshake::follower_cut(h, truncate_to, common_epoch));
+        let first = shard.log().first_offset();
         if truncate_to < first {
             let msg = format!(
                 "the leader's log diverges from ours at offset {truncate_to}, below our first offset {first} (retention deleted older segments): this node cannot follow it; start it with an empty data directory to have it rebuilt (docs/operations.md §17)"
@@ -176,8 +176,8 @@ async fn serve(
             log::error!("shard {}: {msg}", shard.id());
             return Err(refuse(&mut wr, ErrorCode::Diverged, msg).await);
         }
-        if truncate_to < shard.log.next_offset() {
-            let before = shard.log.next_offset();
+        if truncate_to < shard.log().next_offset() {
+            let before = shard.log().next_offset();
             let end = shard
                 .truncate(truncate_to)
                 .await
@@ -188,9 +188,9 @@ async fn serve(
             );
         }
     }
-    let start = shard.log.next_offset();
+    let start = shard.log().next_offset();
     let (last_epoch, last_crc) =
-        shard.log.last_record_id(start).await.map_err(|e| format!("reading our last record: {e}"))?.unwrap_or((0, 0));
+        shard.log().last_record_id(start).await.map_err(|e| format!("reading our last record: {e}"))?.unwrap_or((0, 0));
     out.clear();
     Repl::Joined { next_offset: start, last_epoch, last_crc }.encode(&mut out);
     wr.write(&out).await.map_err(|e| e.to_string())?;
@@ -208,7 +208,7 @@ async fn serve(
     let r = apply(shard, &mut rd, &mut used, leader_epoch, (gen, my_gen), &pinged, (&floor, behind)).await;
     shard.leader_link_lost();
     done.set(true);
-    shard.durable_ev.notify();
+    shard.nudge();
     acker.await;
     r
 }
@@ -226,15 +226,15 @@ async fn apply(
     let mut silent = Watchdog::new();
     loop {
         let f = silent
-            .within(Instant::now(), shard.cfg.repl_timeout, next_frame(rd, used))
+            .within(Instant::now(), shard.cfg().repl_timeout, next_frame(rd, used))
             .await
-            .ok_or_else(|| format!("leader silent for {:?}: dropping the link", shard.cfg.repl_timeout))??;
+            .ok_or_else(|| format!("leader silent for {:?}: dropping the link", shard.cfg().repl_timeout))??;
         let Some(f) = f else { return Err("leader closed the link".into()) };
         let (be, first_offset, count, records) = match parse(&f)? {
             Repl::Batch { epoch, first_offset, count, records } => (epoch, first_offset, count, records),
             Repl::Ping => {
                 pinged.set(true);
-                shard.durable_ev.notify();
+                shard.nudge();
                 continue;
             }
             Repl::Error { code, message } => return Err(format!("leader ended the link: error {code}: {message}")),
@@ -284,7 +284,7 @@ async fn ack_loop(
     let mut out = Vec::with_capacity(32);
     // A node taking over acks nothing more: what it writes next is its own epoch's.
     while !done.get() && shard.following() {
-        let end = shard.log.next_offset();
+        let end = shard.log().next_offset();
         floor.maybe_persist(end);
         shard.set_peer_durable(floor.leader_durable.get().min(end));
         if let Some((at, dir)) = repaired.take_if(|(at, _)| end >= *at) {
@@ -305,7 +305,7 @@ async fn ack_loop(
             acked = end;
             continue;
         }
-        shard.durable_ev.wait().await;
+        shard.changed().await;
     }
     wr.close().await;
 }

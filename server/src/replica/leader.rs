@@ -63,7 +63,7 @@ const ORDER_POLL: Duration = Duration::from_millis(2);
 /// in place (`Shard::promote`: no restart, whatever the log's length), then runs the
 /// link to the new follower as [`run`].
 pub async fn run_when_elected(shard: Rc<Shard>, cfg: LinkConfig) {
-    let ctl = shard.cfg.ctl.clone();
+    let ctl = shard.cfg().ctl.clone();
     let epoch = loop {
         if let Some(e) = ctl.lead_order() {
             break e;
@@ -89,13 +89,13 @@ pub async fn run_when_elected(shard: Rc<Shard>, cfg: LinkConfig) {
 /// storage dropped writes): mark the shard (it must not lead again before it has them
 /// back), stop acknowledging, and in coordinator mode hand leadership to the follower.
 fn lost_writes(shard: &Shard, cfg: &LinkConfig, why: &str) -> String {
-    let end = shard.log.next_offset();
+    let end = shard.log().next_offset();
     if let Err(e) = crate::control::write_repair_mark(&cfg.dir, end) {
         crate::fatal(&format!("shard {}: marking the shard after lost writes: {e}", shard.id()));
     }
     shard.fence(&format!("the follower says this node lost writes ({why})"));
-    if shard.cfg.ctl.coordinated() {
-        crate::coord::reexec(&shard.cfg.ctl, "this node lost writes its follower holds");
+    if shard.cfg().ctl.coordinated() {
+        crate::coord::reexec(&shard.cfg().ctl, "this node lost writes its follower holds");
     }
     format!("marked needs-repair from offset {end}: {why}")
 }
@@ -112,8 +112,8 @@ async fn link_once(shard: &Rc<Shard>, cfg: &LinkConfig) -> Result<(), String> {
     let t = tls::connect(&cfg.tls, &cfg.server_name)?;
     // The whole handshake (TLS, Hello, Welcome, Joined) by then: a frozen or half-open
     // follower cannot stall the link for ever; the link is retried with back-off.
-    let done_by = Instant::now() + shard.cfg.handshake_timeout;
-    let late = || format!("handshake not done within {:?}", shard.cfg.handshake_timeout);
+    let done_by = Instant::now() + shard.cfg().handshake_timeout;
+    let late = || format!("handshake not done within {:?}", shard.cfg().handshake_timeout);
     let (mut rd, mut wr) = deadline(done_by, tls_io::establish_as(sock, t, "replication"))
         .await
         .ok_or_else(late)?
@@ -123,10 +123,10 @@ async fn link_once(shard: &Rc<Shard>, cfg: &LinkConfig) -> Result<(), String> {
     Repl::Hello {
         version: REPL_PROTOCOL_VERSION,
         shard: shard.id(),
-        shard_count: shard.cfg.shard_count,
+        shard_count: shard.cfg().shard_count,
         epoch,
-        next_offset: shard.log.next_offset(),
-        last_epoch: shard.log.last_epoch(),
+        next_offset: shard.log().next_offset(),
+        last_epoch: shard.log().last_epoch(),
     }
     .encode(&mut out);
     wr.write(&out).await.map_err(|e| e.to_string())?;
@@ -136,13 +136,13 @@ async fn link_once(shard: &Rc<Shard>, cfg: &LinkConfig) -> Result<(), String> {
         let f = f.ok_or("follower closed during handshake")?;
         match parse(&f)? {
             Repl::Hello { version, shard: s, shard_count, epoch: fe, next_offset, last_epoch } => {
-                if version != REPL_PROTOCOL_VERSION || s != shard.id() || shard_count != shard.cfg.shard_count {
+                if version != REPL_PROTOCOL_VERSION || s != shard.id() || shard_count != shard.cfg().shard_count {
                     return Err(format!("follower mismatch: version {version}, shard {s}, shard count {shard_count}"));
                 }
                 if fe > epoch {
                     return Err(fence(shard, &format!("follower has epoch {fe} > ours {epoch}")));
                 }
-                let first = shard.log.first_offset();
+                let first = shard.log().first_offset();
                 if next_offset < first && last_epoch == 0 {
                     // It holds no record: seeded with our snapshot at `first`, it
                     // restarts there and joins again (`seed`).
@@ -181,7 +181,7 @@ async fn link_once(shard: &Rc<Shard>, cfg: &LinkConfig) -> Result<(), String> {
     };
     // Kafka-style divergence: the largest epoch we have that is not above the
     // follower's last; the follower also cuts at that epoch's end in its own log.
-    let (common_epoch, truncate_to) = shard.log.with_history(|h| handshake::welcome(h, f_next, f_last_epoch));
+    let (common_epoch, truncate_to) = shard.log().with_history(|h| handshake::welcome(h, f_next, f_last_epoch));
     out.clear();
     Repl::Welcome { epoch, truncate_to, common_epoch }.encode(&mut out);
     wr.write(&out).await.map_err(|e| e.to_string())?;
@@ -195,13 +195,13 @@ async fn link_once(shard: &Rc<Shard>, cfg: &LinkConfig) -> Result<(), String> {
                 // last common record agree on every record before it: each epoch has
                 // one writer (see `Shard`).
                 let ours =
-                    shard.log.last_record_id(next_offset).await.map_err(|e| format!("reading our record: {e}"))?;
+                    shard.log().last_record_id(next_offset).await.map_err(|e| format!("reading our record: {e}"))?;
                 if let Err(why) = handshake::same_last_record(next_offset, (last_epoch, last_crc), ours) {
                     out.clear();
                     Repl::Error { code: ErrorCode::Diverged as u16, message: &why }.encode(&mut out);
                     let _ = wr.write(&out).await;
                     wr.close().await;
-                    shard.metrics.diverged.increment(1);
+                    shard.metrics().diverged.increment(1);
                     return Err(format!("DIVERGED: {why}; refusing the link (nothing is acknowledged)"));
                 }
                 next_offset
@@ -213,7 +213,7 @@ async fn link_once(shard: &Rc<Shard>, cfg: &LinkConfig) -> Result<(), String> {
         "shard {}: follower {} joined at offset {start} (leader at {}), epoch {epoch}",
         shard.id(),
         cfg.peer,
-        shard.log.next_offset()
+        shard.log().next_offset()
     );
     shard.follower_joined(start);
     let dead = Rc::new(Cell::new(false));
@@ -226,7 +226,7 @@ async fn link_once(shard: &Rc<Shard>, cfg: &LinkConfig) -> Result<(), String> {
                 // One timer for the loop, not one per ack (see `watchdog`).
                 let mut silent = Watchdog::new();
                 loop {
-                    let limit = shard.cfg.repl_timeout;
+                    let limit = shard.cfg().repl_timeout;
                     let f = silent
                         .within(Instant::now(), limit, next_frame(&mut rd, &mut used))
                         .await
@@ -244,7 +244,7 @@ async fn link_once(shard: &Rc<Shard>, cfg: &LinkConfig) -> Result<(), String> {
             }
             .await;
             dead.set(true);
-            shard.shipped_ev.notify();
+            shard.nudge_shipper();
             r
         })
     };
@@ -280,12 +280,12 @@ async fn ship(shard: &Rc<Shard>, wr: &mut Writer, mut cursor: u64, dead: &Cell<b
             }
             Repl::Batch { epoch, first_offset: first, count, records: &recs[at..] }.encode(&mut out);
             cursor = first + count as u64;
-        } else if cursor < shard.log.next_offset() {
+        } else if cursor < shard.log().next_offset() {
             let c = catching_up.get_or_insert_with(|| CatchUp::start(shard, cursor));
             c.pace().await;
             let (recs, count) = shard
-                .log
-                .read(cursor, shard.log.next_offset(), CATCH_UP_CHUNK)
+                .log()
+                .read(cursor, shard.log().next_offset(), CATCH_UP_CHUNK)
                 .await
                 .map_err(|e| format!("catch-up read at {cursor}: {e}"))?;
             if count == 0 {
@@ -300,7 +300,7 @@ async fn ship(shard: &Rc<Shard>, wr: &mut Writer, mut cursor: u64, dead: &Cell<b
             }
             // Idle: a Ping every fifth of the link timeout keeps the follower's Acks
             // (and so our view of its liveness) coming.
-            if idle.within(Instant::now(), shard.cfg.repl_timeout / 5, shard.shipped_ev.wait()).await.is_some() {
+            if idle.within(Instant::now(), shard.cfg().repl_timeout / 5, shard.shipped()).await.is_some() {
                 continue;
             }
             Repl::Ping.encode(&mut out);
@@ -312,23 +312,24 @@ async fn ship(shard: &Rc<Shard>, wr: &mut Writer, mut cursor: u64, dead: &Cell<b
 
 /// The records from `cursor` to the end of the recent batch holding it, if in memory.
 fn from_recent(shard: &Shard, cursor: u64) -> Option<(u64, u32, Rc<Vec<u8>>, usize)> {
-    let recent = shard.recent.borrow();
-    let i = recent.partition_point(|r| r.first_offset + r.count as u64 <= cursor);
-    let r = recent.get(i)?;
-    if r.first_offset > cursor {
-        return None; // evicted: read it from disk
-    }
-    if r.first_offset == cursor {
-        return Some((cursor, r.count, r.records.clone(), 0));
-    }
-    // Cursor inside the batch: skip the records before it.
-    let mut p = 0;
-    for rec in record::Records::new(&r.records).flatten() {
-        if rec.offset == cursor {
-            let skipped = (cursor - r.first_offset) as u32;
-            return Some((cursor, r.count - skipped, r.records.clone(), p));
+    shard.with_recent(|recent| {
+        let i = recent.partition_point(|r| r.first_offset + r.count as u64 <= cursor);
+        let r = recent.get(i)?;
+        if r.first_offset > cursor {
+            return None; // evicted: read it from disk
         }
-        p += rec.encoded_len();
-    }
-    None
+        if r.first_offset == cursor {
+            return Some((cursor, r.count, r.records.clone(), 0));
+        }
+        // Cursor inside the batch: skip the records before it.
+        let mut p = 0;
+        for rec in record::Records::new(&r.records).flatten() {
+            if rec.offset == cursor {
+                let skipped = (cursor - r.first_offset) as u32;
+                return Some((cursor, r.count - skipped, r.records.clone(), p));
+            }
+            p += rec.encoded_len();
+        }
+        None
+    })
 }

@@ -37,16 +37,16 @@ pub async fn send(shard: &Shard, wr: &mut Writer, first: u64) -> Result<u64, Str
     let mut out = Vec::with_capacity(PIECE + 64);
     let (mut at, mut total) = (0u64, None);
     while total.is_none_or(|t| at < t) {
-        let (t, bytes) = snapshot::piece_off_executor(shard.log.dir(), first, at, PIECE).await?;
+        let (t, bytes) = snapshot::piece_off_executor(shard.log().dir(), first, at, PIECE).await?;
         if *total.get_or_insert(t) != t || (bytes.is_empty() && at < t) {
             return Err(format!("the index snapshot at {first} changed while it was sent"));
         }
         out.clear();
         Repl::Seed { first_offset: first, total: t, at, bytes: &bytes }.encode(&mut out);
         // A follower that stops reading cannot hold the link for longer than this.
-        crate::sync::deadline(std::time::Instant::now() + shard.cfg.repl_timeout, wr.write(&out))
+        crate::sync::deadline(std::time::Instant::now() + shard.cfg().repl_timeout, wr.write(&out))
             .await
-            .ok_or_else(|| format!("the follower took no piece of the snapshot for {:?}", shard.cfg.repl_timeout))?
+            .ok_or_else(|| format!("the follower took no piece of the snapshot for {:?}", shard.cfg().repl_timeout))?
             .map_err(|e| format!("sending the index snapshot: {e}"))?;
         at += bytes.len() as u64;
     }
@@ -62,13 +62,13 @@ pub async fn receive(
     (first, total, piece): (u64, u64, Vec<u8>),
     dir: &Path,
 ) -> Result<(), String> {
-    if shard.log.next_offset() != shard.log.first_offset() || shard.assigned() != shard.log.next_offset() {
+    if shard.log().next_offset() != shard.log().first_offset() || shard.assigned() != shard.log().next_offset() {
         return Err("the leader sent a seed, but this log holds records: refused".into());
     }
-    if first <= shard.log.first_offset() || total > MAX_SEED_BYTES {
+    if first <= shard.log().first_offset() || total > MAX_SEED_BYTES {
         return Err(format!(
             "a seed at offset {first} of {total} bytes: refused (our log starts at {})",
-            shard.log.first_offset()
+            shard.log().first_offset()
         ));
     }
     let mut bytes = piece;
@@ -85,10 +85,10 @@ pub async fn receive(
         }
         bytes.extend_from_slice(more);
     }
-    let streams = install(dir, first, &bytes, shard.log.segment_bytes())?;
+    let streams = install(dir, first, &bytes, shard.log().segment_bytes())?;
     // The segments below `first` hold nothing; a start would remove them too (as an
     // interrupted trim's, `snapshot::plan`).
-    for (_, old) in shard.log.segment_paths().iter().filter(|(o, _)| *o < first) {
+    for (_, old) in shard.log().segment_paths().iter().filter(|(o, _)| *o < first) {
         std::fs::remove_file(old).map_err(|e| format!("remove {}: {e}", old.display()))?;
     }
     sync_dir(dir)?;

@@ -12,11 +12,22 @@
 use std::io;
 
 use super::batch::BLOCK;
-use super::recovery::SegmentInfo;
 
 /// The largest `--segment-bytes`: block numbers (< 2^32 × 4 KiB = 16 TiB) and record
 /// offsets within a segment (≤ 64 GiB / 24 B per record < 2^32) fit in `u32`.
 pub const MAX_SEGMENT_BYTES: u64 = 64 << 30;
+
+/// Where one batch lives.
+#[derive(Debug, Clone, Copy)]
+pub struct BatchLoc {
+    pub first_offset: u64,
+    pub count: u32,
+    /// Byte position of the batch header in its segment.
+    pub pos: u64,
+    pub records_len: u32,
+    /// The batch's CRC field.
+    pub crc: u32,
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Entry {
@@ -51,10 +62,10 @@ fn too_big(what: &str) -> io::Error {
 impl SegmentIndex {
     /// The index of a scanned segment (its batches are back to back: the scan follows
     /// them so; checked here).
-    pub fn from_scan(s: &SegmentInfo) -> io::Result<SegmentIndex> {
+    pub fn from_scan(first_offset: u64, batches: &[BatchLoc]) -> io::Result<SegmentIndex> {
         let mut ix = SegmentIndex::default();
-        for b in &s.batches {
-            let rel = b.first_offset.checked_sub(s.first_offset).ok_or_else(|| too_big("offset below the segment"))?;
+        for b in batches {
+            let rel = b.first_offset.checked_sub(first_offset).ok_or_else(|| too_big("offset below the segment"))?;
             let rel = u32::try_from(rel).map_err(|_| too_big("offset"))?;
             let block = u32::try_from(b.pos / BLOCK).map_err(|_| too_big("position"))?;
             let blocks = super::batch::span(b.records_len as usize) / BLOCK;
@@ -163,7 +174,6 @@ impl SegmentIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wal::recovery::BatchLoc;
 
     #[test]
     fn eight_bytes_per_batch_and_locate_finds_every_offset() {
@@ -204,20 +214,14 @@ mod tests {
 
     #[test]
     fn a_scan_whose_batches_do_not_follow_each_other_is_refused() {
-        let seg = |batches: Vec<BatchLoc>| SegmentInfo {
-            path: "x".into(),
-            first_offset: 10,
-            len: 1 << 20,
-            batches,
-            digest: Default::default(),
-        };
+        let seg = |batches: Vec<BatchLoc>| batches;
         let b = |first_offset, count, pos, records_len| BatchLoc { first_offset, count, pos, records_len, crc: 0 };
-        let ok = SegmentIndex::from_scan(&seg(vec![b(10, 2, 0, 100), b(12, 1, 4096, 5000), b(13, 1, 3 * 4096, 1)]));
+        let ok = SegmentIndex::from_scan(10, &seg(vec![b(10, 2, 0, 100), b(12, 1, 4096, 5000), b(13, 1, 3 * 4096, 1)]));
         let ix = ok.unwrap();
         assert_eq!(ix.get(10, 1), Loc { first_offset: 12, count: 1, pos: 4096, span: 2 * 4096 });
         assert_eq!(ix.get(10, 2).span, 4096);
-        assert!(SegmentIndex::from_scan(&seg(vec![b(10, 2, 0, 100), b(13, 1, 4096, 1)])).is_err(), "offset gap");
-        assert!(SegmentIndex::from_scan(&seg(vec![b(10, 2, 0, 100), b(12, 1, 8192, 1)])).is_err(), "block gap");
-        assert!(SegmentIndex::from_scan(&seg(vec![b(11, 1, 0, 1)])).is_err(), "not at the segment's start");
+        assert!(SegmentIndex::from_scan(10, &seg(vec![b(10, 2, 0, 100), b(13, 1, 4096, 1)])).is_err(), "offset gap");
+        assert!(SegmentIndex::from_scan(10, &seg(vec![b(10, 2, 0, 100), b(12, 1, 8192, 1)])).is_err(), "block gap");
+        assert!(SegmentIndex::from_scan(10, &seg(vec![b(11, 1, 0, 1)])).is_err(), "not at the segment's start");
     }
 }

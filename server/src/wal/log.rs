@@ -15,10 +15,10 @@ use glommio::io::{DmaFile, OpenOptions};
 
 use super::batch::{self, BatchHeader, BATCH_HEADER_LEN, BLOCK};
 use super::batchindex::{Loc, SegmentIndex, MAX_SEGMENT_BYTES};
-use super::prezero::ZeroAhead;
+use super::history::History;
+use super::prezero::{zero_range, ZeroAhead};
 use super::recovery::{segment_name, sync_dir, ShardScan};
 use super::segidx::{self, epochs_within, Digest, SegIdx};
-use crate::replica::handshake::History;
 
 /// Batches one `read_offsets` call reads at most (≤ 64 MiB with 1 MiB batches).
 pub const MAX_BATCHES_PER_PICK: usize = 64;
@@ -119,7 +119,7 @@ impl Log {
         }
         let scan = tail;
         for s in &scan.segments {
-            let batches = SegmentIndex::from_scan(s)
+            let batches = SegmentIndex::from_scan(s.first_offset, &s.batches)
                 .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", s.path.display())))?;
             if let Some(prev) = segments.last_mut() {
                 prev.batches.seal();
@@ -734,52 +734,6 @@ impl Drop for AlignedBuf {
         // SAFETY: allocated in `new` with this layout.
         unsafe { std::alloc::dealloc(self.ptr, self.layout) }
     }
-}
-
-const ZERO_CHUNK: u64 = 1024 * 1024;
-
-thread_local! {
-    /// One MiB of zeros per executor, written by every whole-chunk fill (`zero_range`)
-    /// and never changed: a fill used to allocate and zero a fresh MiB each time (a
-    /// heap mapping, 256 page faults and a memset per MiB of log: ≈ 2 % of a shard's
-    /// CPU at 2,000 appends/s).
-    static ZEROS: RefCell<Option<Rc<glommio::io::DmaBuffer>>> = const { RefCell::new(None) };
-}
-
-pub(super) async fn zero_range(file: &DmaFile, from: u64, to: u64) -> io::Result<()> {
-    let mut at = from;
-    while at < to {
-        let n = ZERO_CHUNK.min(to - at);
-        if n == ZERO_CHUNK {
-            let zeros = ZEROS.with(|z| {
-                z.borrow_mut()
-                    .get_or_insert_with(|| {
-                        let mut b = file.alloc_dma_buffer(ZERO_CHUNK as usize);
-                        b.as_bytes_mut().fill(0);
-                        Rc::new(b)
-                    })
-                    .clone()
-            });
-            // Shared, so read-only from here on: it stays zeros.
-            let wrote = file.write_rc_at(zeros, at).await.map_err(io::Error::from)?;
-            short_write(wrote, n, at)?;
-        } else {
-            let mut buf = file.alloc_dma_buffer(n as usize);
-            buf.as_bytes_mut().fill(0);
-            let wrote = file.write_at(buf, at).await.map_err(io::Error::from)?;
-            short_write(wrote, n, at)?;
-        }
-        at += n;
-    }
-    Ok(())
-}
-
-/// A zero fill that wrote less than asked is an error (the range must read as zeros).
-fn short_write(wrote: usize, asked: u64, at: u64) -> io::Result<()> {
-    if wrote as u64 == asked {
-        return Ok(());
-    }
-    Err(io::Error::other(format!("zero fill at {at}: wrote {wrote} of {asked} bytes")))
 }
 
 /// A batch as read: the buffer (polled or, on the fallback path, plain) and where its

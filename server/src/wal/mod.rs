@@ -8,11 +8,13 @@
 //! - [`batchindex`]: where each batch of a live segment lies (8 bytes per batch).
 //! - [`segidx`]: the index file of a sealed segment, which a start trusts instead of a scan.
 //! - [`prezero`]: keeps the blocks in front of the writer written with zeros.
+//! - [`history`]: the epochs of a log and where each began.
 //! - [`probe`]: refuse data dirs that do not honour O_DIRECT.
 
 pub mod batch;
 pub mod batchindex;
 pub mod damage;
+pub mod history;
 pub mod log;
 pub mod prezero;
 pub mod probe;

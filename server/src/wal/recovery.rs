@@ -18,17 +18,7 @@ use super::damage::{self, Damage};
 use super::segidx::Digest;
 use super::segread::{ReadFault, SegReader};
 
-/// Where one batch lives.
-#[derive(Debug, Clone, Copy)]
-pub struct BatchLoc {
-    pub first_offset: u64,
-    pub count: u32,
-    /// Byte position of the batch header in its segment.
-    pub pos: u64,
-    pub records_len: u32,
-    /// The batch's CRC field.
-    pub crc: u32,
-}
+pub use super::batchindex::BatchLoc;
 
 #[derive(Debug, Clone)]
 pub struct SegmentInfo {

@@ -207,7 +207,7 @@ impl SegIdx {
         epochs: &[(u32, u64)],
         (runs, run_bytes): (u32, Vec<u8>),
     ) -> Result<SegIdx, String> {
-        let batches = SegmentIndex::from_scan(seg).map_err(|e| e.to_string())?;
+        let batches = SegmentIndex::from_scan(seg.first_offset, &seg.batches).map_err(|e| e.to_string())?;
         let (last_crc, last_records_len) = seg.batches.last().map_or((0, 0), |b| (b.crc, b.records_len));
         let ix = SegIdx {
             first_offset: seg.first_offset,

@@ -24,23 +24,23 @@ use crate::wal::segidx;
 /// The sealed segment's stream runs leave the stream index for its index file; reads are
 /// served from memory until the file is written.
 pub(crate) async fn roll(shard: &Rc<Shard>, shorten: bool) -> io::Result<()> {
-    let sealed = shard.log.roll().await?;
-    let at = shard.log.next_offset();
+    let sealed = shard.log().roll().await?;
+    let at = shard.log().next_offset();
     let seg = match &sealed {
         Sealed::Indexed(s) => s.first_offset,
         Sealed::Unscanned { first_offset, .. } => *first_offset,
     };
-    let producers = shard.durable_producers.borrow().saved();
-    let epochs = shard.log.epochs_below(at);
+    let producers = shard.with_durable_producers(|p| p.saved());
+    let epochs = shard.log().epochs_below(at);
     let (runs, run_bytes, ckpt, rebase) = shard.update_index(|ix| {
         let (runs, bytes) = ix.streams.seal(seg, at);
         (runs, bytes, checkpoint::encode(at, &ix.streams, &producers, &epochs), ix.streams.prepare_rebase())
     });
     let run_bytes = Rc::new(run_bytes);
-    shard.log.runs_pending(seg, run_bytes.clone());
-    let prev = shard.sealing.borrow_mut().take();
-    let (dir, id) = (shard.log.dir().to_path_buf(), shard.id());
-    let (metrics, log, me) = (shard.metrics.clone(), shard.log.clone(), Rc::downgrade(shard));
+    shard.log().runs_pending(seg, run_bytes.clone());
+    let prev = shard.take_sealing();
+    let (dir, id) = (shard.log().dir().to_path_buf(), shard.id());
+    let (metrics, log, me) = (shard.metrics().clone(), shard.log().clone(), Rc::downgrade(shard));
     let bytes = (*run_bytes).clone();
     let task = glommio::spawn_local(async move {
         if let Some(p) = prev {
@@ -69,7 +69,7 @@ pub(crate) async fn roll(shard: &Rc<Shard>, shorten: bool) -> io::Result<()> {
             }
         }
     });
-    *shard.sealing.borrow_mut() = Some(task);
+    shard.set_sealing(task);
     Ok(())
 }
 
@@ -112,11 +112,11 @@ fn write(
 
 /// Before the log is cut at `offset`: no seal still writing, no checkpoint above it.
 pub(crate) async fn before_cut(shard: &Shard, offset: u64) -> io::Result<()> {
-    let pending = shard.sealing.borrow_mut().take();
+    let pending = shard.take_sealing();
     if let Some(t) = pending {
         t.await;
     }
-    let dir = shard.log.dir().to_path_buf();
+    let dir = shard.log().dir().to_path_buf();
     glommio::executor()
         .spawn_blocking(move || checkpoint::remove(&dir, |o| o > offset))
         .await
@@ -129,8 +129,8 @@ pub(crate) async fn before_cut(shard: &Shard, offset: u64) -> io::Result<()> {
 /// below the cut, the index files after it, the records of the last segment), for the
 /// shard's index and its written-records producers' table.
 pub(crate) async fn after_cut(shard: &Shard, end: u64) -> io::Result<()> {
-    let dir = shard.log.dir().to_path_buf();
-    let (id, max) = (shard.id(), shard.durable_producers.borrow().max());
+    let dir = shard.log().dir().to_path_buf();
+    let (id, max) = (shard.id(), shard.with_durable_producers(|p| p.max()));
     let index = glommio::executor()
         .spawn_blocking(move || crate::boot::derive(id, &dir, max))
         .await
@@ -138,7 +138,7 @@ pub(crate) async fn after_cut(shard: &Shard, end: u64) -> io::Result<()> {
     if index.streams.is_empty() && index.producers.is_empty() && end > 0 {
         log::debug!("shard {id}: no derived state below {end}");
     }
-    *shard.durable_producers.borrow_mut() = index.producers.copy();
+    shard.with_durable_producers(|p| *p = index.producers.copy());
     shard.update_index(|ix| *ix = index);
     Ok(())
 }

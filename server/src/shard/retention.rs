@@ -80,7 +80,7 @@ pub async fn run(shard: Rc<Shard>) {
     let mut last_err = String::new();
     loop {
         glommio::timer::sleep(CHECK_EVERY).await;
-        if shard.cfg.ctl.stopping() {
+        if shard.cfg().ctl.stopping() {
             return;
         }
         match trim(&shard, None).await {
@@ -97,20 +97,15 @@ pub async fn run(shard: Rc<Shard>) {
 /// Deletes what the policy (and `before`, if given) lets go; one trim at a time.
 /// Returns the shard's first offset afterwards.
 pub async fn trim(shard: &Rc<Shard>, before: Option<u64>) -> Result<u64, String> {
-    while shard.trimming.replace(true) {
-        shard.trim_done.wait().await;
-    }
-    let r = trim_once(shard, before).await;
-    shard.trimming.set(false);
-    shard.trim_done.notify();
-    r
+    let _turn = shard.trim_turn().await;
+    trim_once(shard, before).await
 }
 
 async fn trim_once(shard: &Rc<Shard>, before: Option<u64>) -> Result<u64, String> {
-    let log = &shard.log;
+    let log = shard.log();
     let old_first = log.first_offset();
-    let segs = stats(log.segment_paths(), log.segment_bytes(), shard.cfg.retain.age.is_some())?;
-    let Some(first) = cut(&segs, &shard.cfg.retain, before, shard.trim_floor(), SystemTime::now()) else {
+    let segs = stats(log.segment_paths(), log.segment_bytes(), shard.cfg().retain.age.is_some())?;
+    let Some(first) = cut(&segs, &shard.cfg().retain, before, shard.trim_floor(), SystemTime::now()) else {
         return Ok(old_first);
     };
     assert!(first > old_first && first <= log.next_offset(), "cut {first} outside {old_first}..");
@@ -143,8 +138,8 @@ async fn trim_once(shard: &Rc<Shard>, before: Option<u64>) -> Result<u64, String
         let old = dir.join(snapshot::file_name(old_first));
         std::fs::remove_file(&old).map_err(|e| format!("remove {}: {e}", old.display()))?;
     }
-    shard.metrics.trimmed_segments.increment(n as u64);
-    shard.metrics.first_offset.set(first as f64);
+    shard.metrics().trimmed_segments.increment(n as u64);
+    shard.metrics().first_offset.set(first as f64);
     log::info!("shard {}: trimmed {n} segment(s): the log now starts at offset {first} (was {old_first})", shard.id());
     Ok(first)
 }
