@@ -47,6 +47,8 @@ LAYERS = {
         #    and the atomics the control and data planes share (coord::cell)
         "crate": 0, "sync": 0, "watchdog": 0, "le": 0, "hist": 0, "cpus": 0, "logging": 0,
         "config": 0, "principal": 0, "authz": 0, "access": 0, "coord::cell": 0,
+        # re-executing the process (a role change, a seed): both planes call it
+        "reexec": 0,
         # 1: transport: TLS settings and I/O, kernel TLS, peer names, the fd limit
         "net::tls": 1, "net::tls_io": 1, "net::ktls": 1, "net::peer": 1, "net::fds": 1,
         # 2: metrics handles and the /metrics, /health endpoints

@@ -30,6 +30,7 @@ pub mod node;
 pub mod principal;
 pub mod producers;
 pub mod quickstart;
+pub mod reexec;
 pub mod replica;
 pub mod scrub;
 pub mod shard;

@@ -287,7 +287,7 @@ pub fn serve(mut cfg: ServeConfig) -> Result<(), String> {
                 // Won the term, then found damage: the mark is on disk now; the next
                 // image does not lead (it waits for the peer to take over and follows).
                 log::warn!("{e}");
-                crate::coord::reexec(&ctl, "a shard is damaged and cannot lead");
+                crate::reexec::reexec(&ctl, "a shard is damaged and cannot lead");
             }
             Ok(Err(e)) => return Err(e),
             Err(_) => return Err("an executor died during start-up".into()),

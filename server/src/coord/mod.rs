@@ -594,51 +594,5 @@ fn gauges(t: &Term, leading: bool, solo: bool) {
 
 /// Stops the data plane and re-executes this process to take its new role from etcd.
 fn restart(ctl: &ControlCell, why: &str) -> ! {
-    reexec(ctl, why)
-}
-
-/// [`restart`], also for the node's start-up (a leader whose shard turned out damaged).
-pub fn reexec(ctl: &ControlCell, why: &str) -> ! {
-    log::info!("coordinator: {why}: re-executing to change role");
-    stop_and_exec(ctl)
-}
-
-/// Stops the data plane (every shard write finished) and re-executes this process with
-/// its arguments: also for a follower seeded by its leader (`replica::seed`), in any mode.
-pub fn stop_and_exec(ctl: &ControlCell) -> ! {
-    ctl.stop();
-    let until = Instant::now() + Duration::from_secs(5);
-    while ctl.slots.iter().any(|s| s.writing.load(std::sync::atomic::Ordering::SeqCst)) {
-        if Instant::now() > until {
-            crate::fatal("a shard write did not finish within 5 s of the stop; exiting instead of re-executing");
-        }
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    let err = exec_self();
-    crate::fatal(&format!("re-exec failed: {err}"))
-}
-
-/// execv(2) of this binary with this process's arguments and environment — not
-/// `Command::exec`, which first sets SIGPIPE back to its default action (process-wide)
-/// while the other threads still run: a shard writing to a connection its peer had
-/// just reset then killed the whole process with SIGPIPE, silently, in the instant
-/// before the exec (seen as a node that vanished during a role change). Here SIGPIPE
-/// stays ignored, as the new image sets it anyway, and the signal mask is inherited
-/// (`serve` blocks the same signals again before its first thread).
-fn exec_self() -> std::io::Error {
-    use std::ffi::CString;
-    use std::os::unix::ffi::OsStrExt;
-    let cstr = |s: &std::ffi::OsStr| CString::new(s.as_bytes()).map_err(|_| std::io::ErrorKind::InvalidInput);
-    let args: Result<Vec<CString>, _> = std::env::args_os().map(|a| cstr(&a)).collect();
-    let args = match args {
-        Ok(a) if !a.is_empty() => a,
-        Ok(_) => return std::io::Error::other("no argv[0]"),
-        Err(e) => return e.into(),
-    };
-    let mut argv: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
-    argv.push(std::ptr::null());
-    // SAFETY: a NUL-terminated path and a NULL-terminated argv of live CStrings; execv
-    // returns only on failure.
-    unsafe { libc::execv(c"/proc/self/exe".as_ptr(), argv.as_ptr()) };
-    std::io::Error::last_os_error()
+    crate::reexec::reexec(ctl, why)
 }

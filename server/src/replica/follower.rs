@@ -154,7 +154,7 @@ async fn serve(
                 }
                 shard.adopt_epoch(dir, leader_epoch)?;
                 seed::receive(shard, &mut rd, &mut used, first, dir).await?;
-                crate::coord::stop_and_exec(&shard.cfg().ctl);
+                crate::reexec::stop_and_exec(&shard.cfg().ctl);
             }
             _ => return Err("expected Welcome".into()),
         };

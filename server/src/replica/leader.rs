@@ -95,7 +95,7 @@ fn lost_writes(shard: &Shard, cfg: &LinkConfig, why: &str) -> String {
     }
     shard.fence(&format!("the follower says this node lost writes ({why})"));
     if shard.cfg().ctl.coordinated() {
-        crate::coord::reexec(&shard.cfg().ctl, "this node lost writes its follower holds");
+        crate::reexec::reexec(&shard.cfg().ctl, "this node lost writes its follower holds");
     }
     format!("marked needs-repair from offset {end}: {why}")
 }

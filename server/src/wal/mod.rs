@@ -9,11 +9,13 @@
 //! - [`segidx`]: the index file of a sealed segment, which a start trusts instead of a scan.
 //! - [`prezero`]: keeps the blocks in front of the writer written with zeros.
 //! - [`history`]: the epochs of a log and where each began.
+//! - [`digest`]: the digest of record bytes that scans, index files and `inspect` compare.
 //! - [`probe`]: refuse data dirs that do not honour O_DIRECT.
 
 pub mod batch;
 pub mod batchindex;
 pub mod damage;
+pub mod digest;
 pub mod history;
 pub mod log;
 pub mod prezero;

@@ -15,7 +15,7 @@ use corelog_client::record;
 
 use super::batch::{self, BLOCK};
 use super::damage::{self, Damage};
-use super::segidx::Digest;
+use super::digest::Digest;
 use super::segread::{ReadFault, SegReader};
 
 pub use super::batchindex::BatchLoc;
