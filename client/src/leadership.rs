@@ -1,6 +1,6 @@
 //! Following leadership (docs/protocol.md §6.3): what a client has learned about which
 //! node leads in which epoch, and the decisions taken on it. No I/O and no clock of its
-//! own (the caller passes `now`), so every rule is unit-tested here; `client.rs` and
+//! own (the caller passes `now`), so every rule is unit-tested here; `client/` and
 //! `producer.rs` act on the answers, and so does the load generator.
 //!
 //! The rules, in short: remember the highest epoch any answer showed; never use a node

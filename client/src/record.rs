@@ -18,8 +18,9 @@
 //! A plain append is written as version 1, byte for byte as before extensions existed;
 //! only a record that carries an extension is version 2.
 
-use crate::codec::MAX_PAYLOAD;
-
+/// Largest payload of one event. A bound of the record itself: the protocol's requests
+/// (`codec`) carry at most one record's payload, so the codec takes it from here.
+pub const MAX_PAYLOAD: usize = 64 * 1024;
 pub const RECORD_MAGIC: [u8; 2] = *b"CR";
 pub const FORMAT_VERSION: u8 = 1;
 /// Version of a record carrying extension fields (named by its flags).

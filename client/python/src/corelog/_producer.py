@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from typing import TYPE_CHECKING, Any, Callable, Iterable, List, Optional, Set, Tuple, Union
+from typing import Any, Callable, Iterable, List, Optional, Set, Tuple, Union
 
 from . import codec
 from .codec import Append2, ExpectLike, Frame, ProducerSeq, StreamReq
@@ -14,10 +14,7 @@ from .errors import (
 )
 from .types import Appended, ClientConfig
 from ._connection import WINDOW, Addrs, Connection, _check_int, _check_name, _check_payload, _response
-from ._retry import LOST, MOVE, STOP, WAIT, Attempts, step
-
-if TYPE_CHECKING:
-    from ._client import Client
+from ._retry import LOST, MOVE, STOP, WAIT, Attempts, Nodes, step
 
 __all__ = ["Producer"]
 
@@ -45,7 +42,7 @@ class Producer:
     :class:`WrongExpectedVersion` hands its sequence back and the producer goes on.
     """
 
-    def __init__(self, client: Client, id: int, shard: int, next_seq: int, shard_count: int) -> None:
+    def __init__(self, client: Nodes, id: int, shard: int, next_seq: int, shard_count: int) -> None:
         self._client = client
         self.id = id
         self.shard = shard
@@ -66,9 +63,7 @@ class Producer:
         ``shard`` of the nodes ``addrs``."""
         cfg = ClientConfig.of(config, **settings)
         _check_int("shard", shard, 16)
-        from ._client import Client  # the client module imports this one
-
-        client = Client(addrs, cfg, _shard=shard)
+        client = Nodes(addrs, cfg, _shard=shard)
         await client.connect()
         pid = id if id is not None else int.from_bytes(os.urandom(8), "little")
         return cls(client, pid, shard, next_seq, await client.shard_count())

@@ -18,6 +18,7 @@ from ._connection import (
     Addrs, Connection, _check_name, _close_writer, _greet, _read_frame, _records, _response, _why, _within,
     config_error,
 )
+from ._retry import Nodes
 
 __all__ = ["Tail", "Subscription"]
 
@@ -188,9 +189,7 @@ class Subscription:
             return self
         self._started = True
         self._queue = asyncio.Queue(self._QUEUE)
-        from ._client import Client  # the client module imports this one
-
-        probe = Client(self._addrs, self._config)
+        probe = Nodes(self._addrs, self._config)
         try:
             count = await probe.shard_count()
         finally:

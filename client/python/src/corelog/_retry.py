@@ -1,6 +1,13 @@
-"""The one retry path of every append (part of :mod:`corelog.aio`): plain appends, stream
-appends and idempotent producers all go through :class:`Attempts`, which holds the
-failover budget, the back-off, and the outcome over all attempts (docs/protocol.md §6).
+"""Where and when an append is tried again (part of :mod:`corelog.aio`).
+
+:class:`Nodes` is where: a cluster's addresses and the one connection in use, replaced by
+the rules of :mod:`._leadership` (docs/protocol.md §6.3). The :class:`~corelog.aio.Client`
+is a :class:`Nodes` with requests on top; producers and subscriptions hold a bare one, so
+that they need nothing from the client module.
+
+:class:`Attempts` is when: plain appends, stream appends and idempotent producers all go
+through it, which holds the failover budget, the back-off, and the outcome over all
+attempts (docs/protocol.md §6).
 
 The rule it keeps: a call may say ``not_written`` only if no attempt of it can still land.
 An attempt that was handed to a connection and got no definite answer (the connection
@@ -13,18 +20,22 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, Callable, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
 
+from . import codec
 from .codec import Frame, Role
 from .errors import (
-    NOT_WRITTEN, UNKNOWN, WRITTEN, Cancelled, ConnectionClosed, CorelogError, Fenced, NotLeader, NotSent,
-    OutcomeUnknown, Overloaded, ReplicationTimeout, RequestTimeout, SequenceGap, ServerError, ShuttingDown,
-    Unavailable, UnknownProducer, Unreachable,
+    NOT_WRITTEN, UNKNOWN, WRITTEN, Cancelled, ClientClosed, ConfigError, ConnectionClosed, CorelogError, Fenced,
+    NotLeader, NotSent, OutcomeUnknown, Overloaded, ReplicationTimeout, RequestTimeout, SequenceGap, ServerError,
+    ShuttingDown, Unavailable, UnknownProducer, Unreachable,
 )
-from .types import ClientConfig
-from ._connection import _BACKOFF_MAX, _BACKOFF_START, log
+from .types import ClientConfig, ServerInfo
+from ._connection import _BACKOFF_MAX, _BACKOFF_START, Addrs, Connection, _check_addrs, _why, config_error, log
+from ._leadership import NAMED, STAY, Seen
 
-__all__ = ["Attempts", "MOVE", "LOST", "WAIT", "STOP", "step"]
+__all__ = ["Attempts", "MOVE", "LOST", "WAIT", "STOP", "Nodes", "step"]
+
+N = TypeVar("N", bound="Nodes")
 
 #: Nothing was written here: try again, on another node (or the leader the error names).
 MOVE = "move"
@@ -168,3 +179,189 @@ class Attempts:
         why = "its request may have left" if outcome == UNKNOWN else "nothing was sent"
         log.info("%s cancelled after %d attempt(s): outcome %s", self.what, self.sent, outcome)
         return Cancelled(outcome, why=f"{self.what}: {why}")
+
+
+class Nodes:
+    """A cluster's nodes, one connection at a time, shared by every task: which node to
+    use, and where to go after a refusal or a lost connection (docs/protocol.md §6.3).
+
+    ``addrs``: ``"host:port"`` or several, ``"A,B"`` (or a list), the nodes' client
+    addresses; ``_shard``: use that shard's direct ports on them instead.
+    """
+
+    def __init__(self, addrs: Addrs, config: Optional[ClientConfig] = None, *,
+                 _shard: Optional[int] = None, _given: Optional[List[str]] = None,
+                 _parent: Optional["Nodes"] = None, **settings: Any) -> None:
+        self.config = ClientConfig.of(config, **settings)
+        given = _check_addrs(addrs)
+        self._given = _given if _given is not None else given
+        self._shard = _shard
+        self._addrs = [codec.shard_addr(a, _shard) for a in given] if _shard is not None else given
+        self._next = 0
+        self._hint: Optional[str] = None
+        self._conn: Optional[Connection] = None
+        self._lock: Optional[asyncio.Lock] = None
+        self._by_shard: Dict[int, "Nodes"] = {}
+        self._closed = False
+        #: The client whose shard count this one shares (shard clients: their maker).
+        self._root: Nodes = _parent._root if _parent is not None else self
+        self._count: Optional[int] = None
+        #: What answers showed about leadership (docs/protocol.md §6.3); shared with the
+        #: shard clients.
+        self._seen: Seen = _parent._seen if _parent is not None else Seen()
+
+    # ------------------------------------------------------------------ connections
+
+    async def __aenter__(self: N) -> N:
+        await self.connect()
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+    async def connect(self: N) -> N:
+        """Connects now (else the first request does): :class:`Unreachable` if no node
+        answers, :class:`~corelog.errors.ConfigError` if the TLS settings cannot work."""
+        await self._connection()
+        return self
+
+    async def close(self) -> None:
+        """Closes the connections (this client's and its shard clients'); later calls
+        raise :class:`~corelog.errors.ClientClosed`."""
+        self._closed = True
+        for c in list(self._by_shard.values()):
+            await c.close()
+        if self._conn is not None:
+            await self._conn.aclose()
+            self._conn = None
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._closed
+
+    @property
+    def shard(self) -> Optional[int]:
+        """The shard whose direct ports this client uses (``None``: the shared port)."""
+        return self._shard
+
+    async def info(self) -> ServerInfo:
+        """The ``HelloOk`` of the current connection."""
+        return (await self._connection()).info
+
+    async def shard_count(self) -> int:
+        """The cluster's shard count (from the first ``HelloOk``; it never changes)."""
+        root = self._root
+        if root._count is None:
+            root._count = max(1, (await self._connection()).info.shard_count)
+        return root._count
+
+    async def _shard_count(self, attempts: Attempts) -> int:
+        """:meth:`shard_count`, following leadership within ``attempts``' budget."""
+        while True:
+            try:
+                return await self.shard_count_within(attempts.left())
+            except Unreachable as e:
+                await attempts.pause(e)
+
+    async def shard_count_within(self, budget: float) -> int:
+        """:meth:`shard_count`, connecting for at most ``budget`` seconds."""
+        root = self._root
+        if root._count is None:
+            root._count = max(1, (await self._connection(budget)).info.shard_count)
+        return root._count
+
+    async def _connection(self, budget: Optional[float] = None) -> Connection:
+        """The current connection, or a new one to the first address that answers and may
+        carry appends (docs/protocol.md §6.3): a leader named by ``NotLeader`` first,
+        suspects only when every address is one, each within ``connect_timeout`` (a lease
+        once one is known) and all within ``budget`` seconds. :class:`Unreachable` if none
+        answers; :class:`ConfigError` if none answers and one failed for a reason no retry
+        cures."""
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            c = self._conn
+            if c is not None and not c.closed:
+                return c
+            if self._closed:
+                raise ClientClosed("the client is closed")
+            loop = asyncio.get_running_loop()
+            end = None if budget is None else loop.time() + budget
+            errs = []
+            bad: Optional[ConfigError] = None
+            hint, self._hint = self._hint, None
+            order = ([hint] if hint is not None else []) + \
+                [self._addrs[(self._next + k) % len(self._addrs)] for k in range(len(self._addrs))]
+            now = time.monotonic()
+            fresh = [a for a in order if not self._seen.is_suspect(a, now)]
+            for k, a in enumerate(fresh or order):
+                connect = self._seen.connect_timeout(self.config.connect_timeout)
+                timeout = connect if end is None else min(connect, end - loop.time())
+                if timeout <= 0:
+                    errs.append(f"{a}: failover budget spent")
+                    break
+                try:
+                    c = await Connection.open(a, self.config, timeout=timeout, seen=self._seen)
+                except (OSError, asyncio.TimeoutError, CorelogError) as e:
+                    errs.append(f"{a}: {_why(e)}")
+                    bad = bad or config_error(a, self.config, e)
+                    if isinstance(e, asyncio.TimeoutError) and self._seen.lease is not None:
+                        # No answer within a lease: not tried again until it expires.
+                        self._seen.suspect(a, self._seen.epoch, time.monotonic())
+                    if a is not hint:
+                        self._next = (self._addrs.index(a) + 1) % len(self._addrs)
+                    continue
+                why = self._seen.usable(a, c.info.role, c.info.epoch, c.info.leadership, time.monotonic())
+                if why is None:
+                    self._conn = c
+                    if a is not hint:
+                        self._next = self._addrs.index(a)
+                    return c
+                c.close()
+                errs.append(why)
+                if a is not hint:
+                    self._next = (self._addrs.index(a) + 1) % len(self._addrs)
+            if bad is not None:
+                raise bad
+            log.info("no node reachable: %s", "; ".join(errs))
+            raise Unreachable("no node reachable: " + "; ".join(errs))
+
+    def _after_refusal(self, conn: Connection, err: CorelogError) -> None:
+        """Where to go after the refusal ``err`` (nothing written) from ``conn``: the
+        rules of :mod:`._leadership`, then :meth:`_move_on`."""
+        code = getattr(err, "code", None)
+        named = ""
+        if isinstance(err, NotLeader) and err.leader:
+            named = err.leader
+            if self._shard is not None:
+                try:
+                    named = codec.shard_addr(named, self._shard)
+                except ValueError:
+                    named = ""
+        where, to = self._seen.after_refusal(conn.addr, code, named, getattr(err, "hint", None), time.monotonic())
+        if where == STAY and isinstance(err, ServerError) and not conn.closed:
+            return  # the connection is kept: the next attempt goes on it after the pause
+        self._move_on(conn, to if where in (NAMED, STAY) else None, shard_addr=False)
+
+    def _move_on(self, old: Connection, to: Optional[str] = None, shard_addr: bool = True) -> None:
+        """Drops ``old`` if it is still current; the next connection goes to ``to`` (a
+        leader named by ``NotLeader``, or the same node: an address of the list, or one
+        tried once first) or to the address after the current one. ``shard_addr``: ``to``
+        is a client address (made the shard's direct one here)."""
+        if to is not None and self._shard is not None and shard_addr:
+            try:
+                to = codec.shard_addr(to, self._shard)
+            except ValueError:
+                to = None
+        if self._conn is old:
+            self._conn = None
+            old.retire()
+            if to is not None and to in self._addrs:
+                self._next = self._addrs.index(to)
+            elif to is not None:
+                self._hint = to
+                self._next += 1
+            else:
+                self._next += 1
+            log.info("leaving %s; next: %s", old.addr, to or self._addrs[self._next % len(self._addrs)])

@@ -11,7 +11,7 @@
 
     asyncio.run(main())
 
-Behaviour mirrors the Rust client (``client/src/client.rs``, docs/protocol.md §6):
+Behaviour mirrors the Rust client (``client/src/client/``, docs/protocol.md §6):
 
 * one connection carries many requests at once (pipelined; answers matched by
   ``req_id``); :meth:`Client.append_many` or ``asyncio.gather`` of :meth:`Client.append`
