@@ -131,38 +131,101 @@ pub const READY_MODES: [&str; 3] =
 pub fn serve(mut cfg: ServeConfig) -> Result<(), String> {
     crate::shutdown::block_signals(); // before any thread: only the shutdown thread takes them
     let limit = fds::raise();
-    let mut ctl = Arc::new(ControlCell::unbounded(cfg.shards.len()));
-    let mut term_epoch = None;
-    if let Some(cc) = cfg.coord.clone() {
-        if cfg.shards.len() != cfg.shard_count as usize {
-            return Err("--coordinator: one process owns every shard of the node (no --shards)".into());
-        }
-        let mut disk_epoch = 0;
-        for &id in &cfg.shards {
-            let dir = control::shard_dir(&cfg.data_dir, id);
-            disk_epoch = disk_epoch.max(control::read_epoch(&dir)?);
-            control::read_repair_mark(&dir)?; // a marked node does not lead (coordinator)
-        }
-        let (coordinator, d) = Coordinator::start(cc.clone(), disk_epoch)?;
-        let c = ControlCell::new(cfg.shards.len(), d.leading);
-        c.set_coordinated();
-        if d.leading {
-            c.set_solo(cc.solo_in(&d.term));
-            cfg.role = NodeRole::Leader;
-            term_epoch = Some(d.term.epoch);
-        } else {
-            cfg.role = NodeRole::Follower;
-        }
-        cfg.follower_addr = Some(cc.peer_repl);
-        cfg.leader_addr = Some(cc.peer_client.clone());
-        ctl = Arc::new(c);
-        let ctl = ctl.clone();
-        std::thread::Builder::new()
-            .name("coordinator".into())
-            .spawn(move || coordinator.run(ctl))
-            .map_err(|e| format!("start the coordinator thread: {e}"))?;
-    }
+    let (ctl, term_epoch) = match cfg.coord.clone() {
+        Some(cc) => join_coordinator(&mut cfg, cc)?,
+        None => (Arc::new(ControlCell::unbounded(cfg.shards.len())), None),
+    };
     crate::shutdown::spawn(ctl.clone(), cfg.shutdown_timeout)?;
+    check_roles(&cfg)?;
+    std::fs::create_dir_all(&cfg.data_dir).map_err(|e| format!("create {}: {e}", cfg.data_dir.display()))?;
+    wal::probe::check_direct_io(&cfg.data_dir)?;
+    let tls = Tls::load(&cfg)?;
+    let handle = metrics::install();
+    let metrics_addr = match cfg.metrics_listen {
+        Some(a) => {
+            let tls = tls.client.clone().filter(|_| cfg.metrics_tls);
+            let served = metrics::serve(a, handle, ctl.clone(), cfg.data_dir.clone(), tls);
+            Some(served.map_err(|e| format!("metrics listen {a}: {e}"))?)
+        }
+        None => None,
+    };
+    let cap = listener::ConnCap::new(connection_cap(&cfg, limit));
+    // Every shard recovers with its client ports bound but not listening; once all have,
+    // this thread makes them listen (every direct port before the shared one, so that a
+    // connection the shared port takes finds every shard's direct port open) and the
+    // executors start accepting. No client port answers while any shard of this process
+    // is still recovering (docs/operations.md §2, the `ready:` line).
+    let (tx, rx) = mpsc::channel::<Result<(String, [RawFd; 2]), String>>();
+    let (go_tx, go_rx) = tokio::sync::watch::channel(false);
+    let joins = spawn_shards(&cfg, (&ctl, term_epoch), &tls, cap, (tx, go_rx))?;
+    let fds = recovered(&cfg, &ctl, rx)?;
+    for i in [0, 1] {
+        for f in &fds {
+            // SAFETY: a bound TCP socket of an executor, kept open (not yet accepted on)
+            // until `go` is sent below.
+            if unsafe { libc::listen(f[i], listener::BACKLOG) } != 0 {
+                return Err(format!("listen on the client port: {}", std::io::Error::last_os_error()));
+            }
+        }
+    }
+    let _ = go_tx.send(true);
+    ctl.set_started(); // /health answers 200 from here on
+    let tls_mode = match (&cfg.tls, crate::net::ktls::available()) {
+        (Some(_), true) => READY_MODES[0],
+        (Some(_), false) => READY_MODES[1],
+        (None, _) => READY_MODES[2],
+    };
+    log::info!(
+        "ready: role {:?}, shards {:?} of {}, clients on {} ({tls_mode}), metrics on {}",
+        cfg.role,
+        cfg.shards,
+        cfg.shard_count,
+        cfg.listen,
+        metrics_addr.map(|a| a.to_string()).unwrap_or_else(|| "(off)".into())
+    );
+    for j in joins {
+        let _ = j.join();
+    }
+    Ok(())
+}
+
+/// Coordinator mode: joins the election through etcd (the highest epoch on disk goes
+/// with it); the term decides this node's role. Returns the control cell the
+/// coordinator thread drives and, when leading, the term's epoch.
+fn join_coordinator(cfg: &mut ServeConfig, cc: CoordConfig) -> Result<(Arc<ControlCell>, Option<u32>), String> {
+    if cfg.shards.len() != cfg.shard_count as usize {
+        return Err("--coordinator: one process owns every shard of the node (no --shards)".into());
+    }
+    let mut disk_epoch = 0;
+    for &id in &cfg.shards {
+        let dir = control::shard_dir(&cfg.data_dir, id);
+        disk_epoch = disk_epoch.max(control::read_epoch(&dir)?);
+        control::read_repair_mark(&dir)?; // a marked node does not lead (coordinator)
+    }
+    let (coordinator, d) = Coordinator::start(cc.clone(), disk_epoch)?;
+    let c = ControlCell::new(cfg.shards.len(), d.leading);
+    c.set_coordinated();
+    let mut term_epoch = None;
+    if d.leading {
+        c.set_solo(cc.solo_in(&d.term));
+        cfg.role = NodeRole::Leader;
+        term_epoch = Some(d.term.epoch);
+    } else {
+        cfg.role = NodeRole::Follower;
+    }
+    cfg.follower_addr = Some(cc.peer_repl);
+    cfg.leader_addr = Some(cc.peer_client.clone());
+    let ctl = Arc::new(c);
+    let run = ctl.clone();
+    std::thread::Builder::new()
+        .name("coordinator".into())
+        .spawn(move || coordinator.run(run))
+        .map_err(|e| format!("start the coordinator thread: {e}"))?;
+    Ok((ctl, term_epoch))
+}
+
+/// The flags that must go together for the role.
+fn check_roles(cfg: &ServeConfig) -> Result<(), String> {
     if cfg.shards.is_empty() || cfg.shards.iter().any(|s| *s >= cfg.shard_count) {
         return Err(format!("--shards {:?} must be non-empty and below --shard-count {}", cfg.shards, cfg.shard_count));
     }
@@ -172,80 +235,91 @@ pub fn serve(mut cfg: ServeConfig) -> Result<(), String> {
     if cfg.role == NodeRole::Leader && cfg.follower_addr.is_none() {
         return Err("--follower-addr is required for a leader (use --role standalone for a single copy)".into());
     }
-    std::fs::create_dir_all(&cfg.data_dir).map_err(|e| format!("create {}: {e}", cfg.data_dir.display()))?;
-    wal::probe::check_direct_io(&cfg.data_dir)?;
-    let client_tls = match &cfg.tls {
-        Some(t) => Some(tls::Live::new(tls::server_config(&t.cert, &t.key, &t.ca)?)),
-        None => None,
-    };
-    let repl_tls = cfg.repl_tls.as_ref().or(cfg.tls.as_ref());
-    let (repl_server, repl_client) = match repl_tls {
-        Some(t) => (
-            Some(tls::Live::new(tls::repl_server_config(&t.cert, &t.key, &t.ca, &cfg.repl_peer)?)),
-            Some(tls::Live::new(tls::client_config(&t.cert, &t.key, &t.ca, &cfg.repl_peer)?)),
-        ),
-        None => (None, None),
-    };
-    crate::net::reload::Watched {
-        client: cfg.tls.clone().zip(client_tls.clone()),
-        repl: match (repl_tls, &repl_server, &repl_client) {
-            (Some(f), Some(s), Some(c)) => Some((f.clone(), s.clone(), c.clone())),
-            _ => None,
-        },
-        peer: cfg.repl_peer.clone(),
-        authz: cfg.authz.clone(),
+    Ok(())
+}
+
+/// The TLS settings of the client and replication ports, live: a watcher thread
+/// reloads them (and the policy) when their files change.
+struct Tls {
+    client: Option<tls::Live<rustls::ServerConfig>>,
+    repl_server: Option<tls::Live<rustls::ServerConfig>>,
+    repl_client: Option<tls::Live<rustls::ClientConfig>>,
+}
+
+impl Tls {
+    fn load(cfg: &ServeConfig) -> Result<Tls, String> {
+        let client = match &cfg.tls {
+            Some(t) => Some(tls::Live::new(tls::server_config(&t.cert, &t.key, &t.ca)?)),
+            None => None,
+        };
+        let repl_tls = cfg.repl_tls.as_ref().or(cfg.tls.as_ref());
+        let (repl_server, repl_client) = match repl_tls {
+            Some(t) => (
+                Some(tls::Live::new(tls::repl_server_config(&t.cert, &t.key, &t.ca, &cfg.repl_peer)?)),
+                Some(tls::Live::new(tls::client_config(&t.cert, &t.key, &t.ca, &cfg.repl_peer)?)),
+            ),
+            None => (None, None),
+        };
+        crate::net::reload::Watched {
+            client: cfg.tls.clone().zip(client.clone()),
+            repl: match (repl_tls, &repl_server, &repl_client) {
+                (Some(f), Some(s), Some(c)) => Some((f.clone(), s.clone(), c.clone())),
+                _ => None,
+            },
+            peer: cfg.repl_peer.clone(),
+            authz: cfg.authz.clone(),
+        }
+        .spawn()?;
+        let t = Tls { client, repl_server, repl_client };
+        t.log_posture(cfg);
+        Ok(t)
     }
-    .spawn()?;
-    match &cfg.authz {
-        Some(a) => log::info!(
-            "authorization: policy {} in force ({} grants; deny by default)",
-            a.path.display(),
-            a.grants()
-        ),
-        None if cfg.tls.is_some() => log::warn!(
-            "authorization: no --authz policy: every certificate the client CA signed may append, read and trim everything"
-        ),
-        None => {}
+
+    /// Says what is (and is not) protected: the policy, the replication CA, kTLS.
+    fn log_posture(&self, cfg: &ServeConfig) {
+        match &cfg.authz {
+            Some(a) => log::info!(
+                "authorization: policy {} in force ({} grants; deny by default)",
+                a.path.display(),
+                a.grants()
+            ),
+            None if cfg.tls.is_some() => log::warn!(
+                "authorization: no --authz policy: every certificate the client CA signed may append, read and trim everything"
+            ),
+            None => {}
+        }
+        if cfg.tls.is_some() && cfg.repl_tls.is_none() && cfg.role != NodeRole::Standalone {
+            log::warn!(
+                "replication: no --repl-ca, so the replication port trusts the client CA; a peer is told from an application by the name --repl-peer-name `{}` alone (a separate replication CA is stronger)",
+                cfg.repl_peer.name()
+            );
+        }
+        if self.client.is_some() || self.repl_server.is_some() {
+            // Probed once here (a throwaway loopback socket per cipher), before any shard.
+            log::info!("{}", crate::net::ktls::status_line());
+        }
     }
-    if cfg.tls.is_some() && cfg.repl_tls.is_none() && cfg.role != NodeRole::Standalone {
-        log::warn!(
-            "replication: no --repl-ca, so the replication port trusts the client CA; a peer is told from an application by the name --repl-peer-name `{}` alone (a separate replication CA is stronger)",
-            cfg.repl_peer.name()
-        );
-    }
-    if client_tls.is_some() || repl_server.is_some() {
-        // Probed once here (a throwaway loopback socket per cipher), before any shard.
-        log::info!("{}", crate::net::ktls::status_line());
-    }
-    let handle = metrics::install();
-    let metrics_addr = match cfg.metrics_listen {
-        Some(a) => Some(
-            metrics::serve(
-                a,
-                handle,
-                ctl.clone(),
-                cfg.data_dir.clone(),
-                client_tls.clone().filter(|_| cfg.metrics_tls),
-            )
-            .map_err(|e| format!("metrics listen {a}: {e}"))?,
-        ),
-        None => None,
-    };
+}
+
+type Ready = mpsc::Sender<Result<(String, [RawFd; 2]), String>>;
+
+/// One executor per shard, pinned to its CPU: it recovers its shard, reports its
+/// `ready` line and bound ports on `ready`, and accepts once `go` says every shard has.
+fn spawn_shards(
+    cfg: &ServeConfig,
+    (ctl, term_epoch): (&Arc<ControlCell>, Option<u32>),
+    tls: &Tls,
+    cap: Arc<listener::ConnCap>,
+    (ready, go): (Ready, tokio::sync::watch::Receiver<bool>),
+) -> Result<Vec<glommio::ExecutorJoinHandle<()>>, String> {
     let cpus = crate::cpus::allowed();
-    let cap = listener::ConnCap::new(connection_cap(&cfg, limit));
-    // Every shard recovers with its client ports bound but not listening; once all have,
-    // this thread makes them listen (every direct port before the shared one, so that a
-    // connection the shared port takes finds every shard's direct port open) and the
-    // executors start accepting. No client port answers while any shard of this process
-    // is still recovering (docs/operations.md §2, the `ready:` line).
-    let (tx, rx) = mpsc::channel::<Result<(String, [RawFd; 2]), String>>();
-    let (go_tx, go_rx) = tokio::sync::watch::channel(false);
     let mut joins = Vec::new();
     for (slot, &id) in cfg.shards.iter().enumerate() {
         let cfg = cfg.clone();
         let ctl = ctl.clone();
-        let (tx, mut go_rx) = (tx.clone(), go_rx.clone());
-        let (client_tls, repl_server, repl_client) = (client_tls.clone(), repl_server.clone(), repl_client.clone());
+        let (tx, mut go_rx) = (ready.clone(), go.clone());
+        let (client_tls, repl_server, repl_client) =
+            (tls.client.clone(), tls.repl_server.clone(), tls.repl_client.clone());
         let cap = cap.clone();
         let ex = LocalExecutorBuilder::new(Placement::Fixed(crate::cpus::pick(&cpus, id as usize)))
             .name(&format!("shard-{id}"))
@@ -275,7 +349,17 @@ pub fn serve(mut cfg: ServeConfig) -> Result<(), String> {
             .map_err(|e| format!("start executor for shard {id}: {e}"))?;
         joins.push(ex);
     }
-    drop(tx);
+    Ok(joins)
+}
+
+/// Waits until every shard recovered; its `ready` line is logged and its two bound
+/// client sockets returned. A shard that failed ends the start (a coordinator-mode
+/// leader whose shard is damaged re-executes to follow instead).
+fn recovered(
+    cfg: &ServeConfig,
+    ctl: &ControlCell,
+    rx: mpsc::Receiver<Result<(String, [RawFd; 2]), String>>,
+) -> Result<Vec<[RawFd; 2]>, String> {
     let mut fds = Vec::new();
     for _ in &cfg.shards {
         match rx.recv() {
@@ -287,40 +371,14 @@ pub fn serve(mut cfg: ServeConfig) -> Result<(), String> {
                 // Won the term, then found damage: the mark is on disk now; the next
                 // image does not lead (it waits for the peer to take over and follows).
                 log::warn!("{e}");
-                crate::reexec::reexec(&ctl, "a shard is damaged and cannot lead");
+                crate::reexec::reexec(ctl, "a shard is damaged and cannot lead");
             }
             Ok(Err(e)) => return Err(e),
             Err(_) => return Err("an executor died during start-up".into()),
         }
     }
-    for i in [0, 1] {
-        for f in &fds {
-            // SAFETY: a bound TCP socket of an executor, kept open (not yet accepted on)
-            // until `go` is sent below.
-            if unsafe { libc::listen(f[i], listener::BACKLOG) } != 0 {
-                return Err(format!("listen on the client port: {}", std::io::Error::last_os_error()));
-            }
-        }
-    }
-    let _ = go_tx.send(true);
-    ctl.set_started(); // /health answers 200 from here on
-    let tls_mode = match (&cfg.tls, crate::net::ktls::available()) {
-        (Some(_), true) => READY_MODES[0],
-        (Some(_), false) => READY_MODES[1],
-        (None, _) => READY_MODES[2],
-    };
-    log::info!(
-        "ready: role {:?}, shards {:?} of {}, clients on {} ({tls_mode}), metrics on {}",
-        cfg.role,
-        cfg.shards,
-        cfg.shard_count,
-        cfg.listen,
-        metrics_addr.map(|a| a.to_string()).unwrap_or_else(|| "(off)".into())
-    );
-    for j in joins {
-        let _ = j.join();
-    }
-    Ok(())
+    assert_eq!(fds.len(), cfg.shards.len(), "one pair of client sockets per shard");
+    Ok(fds)
 }
 
 /// The client-connection cap of this process (`--max-connections`, else what the

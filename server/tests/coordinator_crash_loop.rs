@@ -17,7 +17,7 @@ mod common;
 use std::time::Duration;
 
 use common::coord::{cluster, run_for, CONNECTIONS};
-use corelog_server::workload;
+use corelog_history as workload;
 use rand::{Rng, SeedableRng};
 
 fn faults() -> usize {

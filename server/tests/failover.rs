@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use common::coord::{cluster, epoch, epochs_in_order, health, netns_cluster, run_for, start_load, verify, HOSTS};
 use common::{certs, client_config, ports, runtime, Mode, Node, TempDir, BIN};
-use corelog_server::workload::{self, History, Logs, OpResult};
+use corelog_history::{self as workload, History, Logs, OpResult};
 
 fn trials() -> usize {
     std::env::var("CORELOG_FAILOVER_TRIALS").ok().and_then(|v| v.parse().ok()).filter(|&n| n > 0).unwrap_or(3)

@@ -25,7 +25,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use common::coord::{epoch, health, netns_cluster, run_for, Cluster, HOSTS};
-use corelog_server::workload::{Background, History, Logs, OpResult, Report};
+use corelog_history::{Background, History, Logs, OpResult, Report};
 
 /// How long each cut lasts: many leases (the default is 400 ms), and more than the
 /// leader key's etcd lease (1 s).
@@ -233,7 +233,7 @@ fn d_with_etcd_cut_from_both_nodes_acks_stop_at_the_lease_end_and_resume_after()
     );
     assert!(c.nodes[leader].log_text().contains("cannot renew the lease"), "{}", c.logs());
     assert!(h.oks_after(healed_us) > 0, "no append acknowledged after healing");
-    let done = |o: &&corelog_server::workload::Op| matches!(o.result, OpResult::Ok(_));
+    let done = |o: &&corelog_history::Op| matches!(o.result, OpResult::Ok(_));
     let last = h.ops.iter().filter(done).map(|o| o.done_us).filter(|&t| t < healed_us).max().unwrap_or(0);
     let first = h.ops.iter().filter(done).map(|o| o.done_us).filter(|&t| t > healed_us).min().unwrap_or(0);
     let after = acks_by_epoch(&h, &logs, healed_us, u64::MAX);

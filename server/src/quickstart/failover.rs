@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use corelog_client::ClientConfig;
 
 use super::{http_get, start, Args, Proc};
-use crate::workload::{self, Logs};
+use corelog_history::{self as workload, Logs};
 
 const IDS: [&str; 2] = ["a", "b"];
 

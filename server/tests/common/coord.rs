@@ -16,7 +16,7 @@ use super::etcd::Etcd;
 use super::netns::Net;
 use super::{certs, client_config, runtime, Node, Ports, TempDir};
 use corelog_client::{ClientConfig, Position};
-use corelog_server::workload::{self, Background, History, Linearizability, Logs, Op, OpResult, Report};
+use corelog_history::{self as workload, Background, History, Linearizability, Logs, Op, OpResult, Report};
 
 pub const CONNECTIONS: usize = 100;
 /// Every node has its own namespace: the same ports everywhere.

@@ -14,7 +14,7 @@ use corelog_client::codec::{
     self, decode_frame_max, ErrorCode, Hint, LeaderState, Leadership, Request, Response, Role, StreamReq,
     LEADERSHIP_VERSION, MAX_REQUEST_FRAME, MIN_PROTOCOL_VERSION, PROTOCOL_VERSION,
 };
-use corelog_client::record::{self, check_stream_name};
+use corelog_client::record::check_stream_name;
 use glommio::net::TcpStream;
 
 use super::outbox::Outbox;
@@ -22,15 +22,16 @@ use super::tls_io;
 use crate::access::Access;
 use crate::authz::{Op, Resource};
 use crate::shard::{AckForm, Answer, AppendReq, Refused, Shard, Taken};
-use crate::streamread::Found;
 use crate::sync::deadline;
 
-/// How often a running `Tail` or `Subscribe` is checked against the policy.
-const RECHECK: std::time::Duration = std::time::Duration::from_secs(1);
+mod push;
+mod reads;
+
+use push::{push_until_closed, subscribe, Push};
+use reads::{index_snapshot, read, read_stream, trim, StreamRead};
+
 /// Appends one connection may have unanswered before we stop reading from it.
 pub const MAX_INFLIGHT_PER_CONN: u32 = 1024;
-/// Bytes per `Records` push on a tail.
-const TAIL_CHUNK: usize = 256 * 1024;
 
 /// Serves one client connection to its end.
 ///
@@ -272,77 +273,6 @@ fn hello(shard: &Shard, out: &Outbox, greeted: &Cell<Option<Role>>, req_id: u64,
     Ok(())
 }
 
-/// `Read`: committed records of the shard from `from`, after the connection's earlier
-/// appends are answered; unsent answers stay bounded.
-async fn read(shard: &Shard, out: &Outbox, at: (u64, u16), from: u64, max_bytes: u32) -> Result<(), Fail> {
-    let (req_id, version) = at;
-    out.answered_with_room().await;
-    let first = shard.log().first_offset();
-    if from < first {
-        push_out_of_range(out, version, req_id, first, &format!("offset {from}"));
-        return Ok(());
-    }
-    let max = max_bytes.min(codec::MAX_READ_BYTES) as usize;
-    let (recs, count) = shard
-        .log()
-        .read(from, shard.committed(), max)
-        .await
-        .map_err(|e| (ErrorCode::Internal, e.to_string(), req_id))?;
-    let r = Response::Records { shard: shard.id(), next_offset: from + count as u64, count, records: &recs };
-    out.push(|b| r.encode(req_id, b));
-    Ok(())
-}
-
-/// `Trim`: deletes whole segments below `before` (`retention::trim`).
-async fn trim(shard: &Rc<Shard>, out: &Outbox, req_id: u64, before: u64) {
-    out.answered().await;
-    match crate::shard::retention::trim(shard, Some(before)).await {
-        Ok(first) => out.push(|b| Response::Trimmed { shard: shard.id(), first_offset: first }.encode(req_id, b)),
-        Err(e) => out.push_error(req_id, ErrorCode::Internal, &e),
-    }
-}
-
-/// `IndexSnapshot`: one piece of the snapshot of the derived state at the log's first
-/// offset (a seed of an empty follower or a backup of a trimmed log).
-async fn index_snapshot(shard: &Shard, out: &Outbox, req_id: u64, at: u64) {
-    out.answered_with_room().await;
-    // A log that starts at 0 has no snapshot: nothing is below it.
-    let first = shard.log().first_offset();
-    let piece = match first {
-        0 => Ok((0, Vec::new())),
-        _ => crate::snapshot::piece_off_executor(shard.log().dir(), first, at, codec::MAX_READ_BYTES as usize).await,
-    };
-    match piece {
-        Ok((total, bytes)) => out.push(|b| {
-            Response::IndexSnapshotPiece { shard: shard.id(), first_offset: first, total, at, bytes: &bytes }
-                .encode(req_id, b)
-        }),
-        Err(e) => out.push_error(req_id, ErrorCode::Internal, &e),
-    }
-}
-
-/// `Subscribe`: where the push stream starts and what it keeps. None: it ended before
-/// it began (`OutOfRange` answered); a refusal ends the connection (nothing may follow).
-async fn subscribe(
-    shard: &Shard,
-    out: &Outbox,
-    at: (u64, u16),
-    stream: bool,
-    name: &[u8],
-    from: u64,
-) -> Result<Option<(u64, Filter)>, Fail> {
-    let (req_id, version) = at;
-    match subscription(shard, stream, name, from).await {
-        Ok(f) => Ok(Some(f)),
-        Err(Refused::Error(code, msg)) => Err((code, msg, req_id)),
-        Err(Refused::WrongVersion { msg, .. }) => Err((ErrorCode::BadRequest, msg, req_id)),
-        Err(Refused::OutOfRange { first, what }) => {
-            push_out_of_range(out, version, req_id, first, &what);
-            Ok(None)
-        }
-    }
-}
-
 fn need_v2(version: u16, what: &str, req_id: u64) -> Result<(), Fail> {
     if version >= 2 {
         return Ok(());
@@ -452,66 +382,6 @@ async fn append(
     }
 }
 
-/// A `ReadStream`'s fields besides the stream.
-struct StreamRead {
-    req_id: u64,
-    version: u16,
-    from: u64,
-    max_count: u32,
-    max_bytes: u32,
-}
-
-/// A `ReadStream`: committed events of one stream, after every earlier answer.
-async fn read_stream(shard: &Rc<Shard>, out: &Rc<Outbox>, name: &str, q: StreamRead) -> Result<(), Fail> {
-    let StreamRead { req_id, version, from, max_count, max_bytes } = q;
-    out.answered_with_room().await;
-    let max = max_count.min(codec::MAX_READ_COUNT) as usize;
-    let gone = |first| push_out_of_range(out, version, req_id, first, &format!("version {from} of stream {name:?}"));
-    let internal = |e: std::io::Error| (ErrorCode::Internal, e.to_string(), req_id);
-    let (offsets, end_version) =
-        match stream_offsets(shard, name, from, shard.committed(), max).await.map_err(internal)? {
-            Found::Events { offsets, end_version } => (offsets, end_version),
-            Found::Gone { first } => {
-                gone(first);
-                return Ok(());
-            }
-        };
-    let max_bytes = max_bytes.min(codec::MAX_READ_BYTES) as usize;
-    let (recs, count) = match shard.log().read_offsets(&offsets, max_bytes).await {
-        Ok(r) => r,
-        // Trimmed while it was read.
-        Err(_) if offsets.first().is_some_and(|&o| o < shard.log().first_offset()) => {
-            match stream_offsets(shard, name, from, shard.committed(), 1).await.map_err(internal)? {
-                Found::Gone { first } => gone(first),
-                Found::Events { .. } => gone(from.saturating_add(1)),
-            }
-            return Ok(());
-        }
-        Err(e) => return Err(internal(e)),
-    };
-    // Every record is the event asked for: an index entry damaged in a way its checksum
-    // missed would point elsewhere, and that is never served as the stream's.
-    let mut at = 0;
-    for i in 0..count as u64 {
-        let (offset, ext, n) = record::peek(&recs[at..]).map_err(|e| internal(std::io::Error::other(e.to_string())))?;
-        if ext.stream.is_none_or(|s| s.name != name || s.version != from + i) {
-            let msg = format!(
-                "the stream index points at offset {offset} for version {} of stream {name:?}, which is not there",
-                from + i
-            );
-            log::error!("shard {}: {msg}", shard.id());
-            return Err(internal(std::io::Error::other(msg)));
-        }
-        at += n;
-    }
-    let next_version = from.min(end_version) + count as u64;
-    out.push(|b| {
-        Response::StreamRecords { shard: shard.id(), next_version, end_version, count, records: &recs }
-            .encode(req_id, b)
-    });
-    Ok(())
-}
-
 fn check_shard(shard: &Shard, s: u16, req_id: u64) -> Result<(), Fail> {
     if s == shard.id() {
         return Ok(());
@@ -525,191 +395,4 @@ fn check_shard(shard: &Shard, s: u16, req_id: u64) -> Result<(), Fail> {
         format!("no shard {s}: the node has {} shard(s)", shard.cfg().shard_count)
     };
     Err((ErrorCode::NoSuchShard, msg, req_id))
-}
-
-/// The offsets of stream `name`'s events from version `from`, below offset `end`, at
-/// most `max` (`streamread`).
-async fn stream_offsets(shard: &Shard, name: &str, from: u64, end: u64, max: usize) -> std::io::Result<Found> {
-    match shard.with_index(|t| t.streams.locate(name)) {
-        Some(l) => crate::streamread::offsets(shard.log(), &l, from, end, max).await,
-        None => Ok(Found::Events { offsets: Vec::new(), end_version: 0 }),
-    }
-}
-
-/// The start offset and filter of a `Subscribe`. Only a leader serves subscriptions: a
-/// follower's log may be cut below what it has pushed (the handshake's truncation).
-async fn subscription(shard: &Shard, stream: bool, name: &[u8], from: u64) -> Result<(u64, Filter), Refused> {
-    if let Some((code, msg)) = shard.refuse() {
-        return Err(Refused::Error(code, msg));
-    }
-    if !stream {
-        let prefix = std::str::from_utf8(name)
-            .map_err(|e| Refused::Error(ErrorCode::BadRequest, format!("prefix is not UTF-8 ({e})")))?;
-        let first = shard.log().first_offset();
-        if from < first {
-            return Err(Refused::OutOfRange { first, what: format!("offset {from}") });
-        }
-        return Ok((from, Filter::Prefix(prefix.to_string())));
-    }
-    let (name, _) = check_stream(shard, StreamReq { name, expect_kind: 0, expected: 0 })?;
-    // From the committed event with version `from`, or — if there is none yet — from
-    // the committed end: offsets below it are never handed out again, so every later
-    // event of the stream is there or above (staged offsets may be, and are not used).
-    let committed = shard.committed();
-    let start = match stream_offsets(shard, name, from, committed, 1).await {
-        Ok(Found::Events { offsets, .. }) => offsets.first().copied(),
-        Ok(Found::Gone { first }) => {
-            return Err(Refused::OutOfRange { first, what: format!("version {from} of stream {name:?}") })
-        }
-        Err(e) => return Err(Refused::Error(ErrorCode::Internal, format!("stream index: {e}"))),
-    };
-    Ok((start.unwrap_or(committed), Filter::Stream { name: name.to_string(), from_version: from }))
-}
-
-/// A push stream: from which offset, which records, answering which request.
-struct Push {
-    req_id: u64,
-    version: u16,
-    from: u64,
-    filter: Option<Filter>,
-}
-
-/// Turns the connection into a push stream (`Tail`, `Subscribe`) until the client closes
-/// it; any byte it sends ends the stream with `Unexpected`.
-async fn push_until_closed(
-    shard: &Rc<Shard>,
-    rd: &mut tls_io::Reader,
-    out: &Rc<Outbox>,
-    p: Push,
-    access: &mut Option<Box<Access>>,
-) -> Result<(), Fail> {
-    let req_id = p.req_id;
-    if !rd.data().is_empty() {
-        return Err((ErrorCode::Unexpected, "no request may follow Tail or Subscribe".into(), req_id));
-    }
-    // What the push reads, for the policy: the shard (None), one stream, or a prefix.
-    let reads = match &p.filter {
-        None => None,
-        Some(Filter::Stream { name, .. }) => Some((false, name.clone())),
-        Some(Filter::Prefix(prefix)) => Some((true, prefix.clone())),
-    };
-    let stop = Rc::new(Cell::new(false));
-    let ended = Rc::new(crate::sync::Event::default());
-    let done = Rc::new(Cell::new(false));
-    let t = {
-        let (shard, out, stop, ended, done) = (shard.clone(), out.clone(), stop.clone(), ended.clone(), done.clone());
-        glommio::spawn_local(async move {
-            tail(shard, out, p, stop).await;
-            done.set(true);
-            ended.notify();
-        })
-    };
-    // Anything after a Tail is a protocol error; a close ends the tail; so does the push
-    // stream ending by itself (`OutOfRange`, a read error): the connection then closes.
-    let client = async {
-        match rd.fill().await {
-            Ok(true) => Err((ErrorCode::Unexpected, "no request may follow Tail or Subscribe".into(), req_id)),
-            _ => Ok(()),
-        }
-    };
-    let by_itself = async {
-        while !done.get() {
-            ended.wait().await;
-        }
-        Ok(())
-    };
-    // Under a policy, a push the policy no longer allows ends with `Forbidden` within
-    // `RECHECK` of the change (a check between changes is one atomic load).
-    let revoked = async {
-        let (Some(authz), Some(access)) = (&shard.cfg().authz, access.as_mut()) else {
-            return std::future::pending().await;
-        };
-        loop {
-            glommio::timer::sleep(RECHECK).await;
-            if let Err(msg) = access.check(authz, Op::Read, resource(&reads)) {
-                return Err((ErrorCode::Forbidden, msg, req_id));
-            }
-        }
-    };
-    let r = futures_lite::future::or(futures_lite::future::or(client, by_itself), revoked).await;
-    // Stop the push stream first, so that the error (sent by the caller) is the last
-    // frame of the connection.
-    stop.set(true);
-    shard.nudge();
-    out.nudge();
-    t.await;
-    r
-}
-
-/// Which records a subscription pushes.
-enum Filter {
-    /// Events of one stream from a version on.
-    Stream { name: String, from_version: u64 },
-    /// Events of every stream whose name starts with this.
-    Prefix(String),
-}
-
-impl Filter {
-    fn keeps(&self, r: &corelog_client::record::RecordRef<'_>) -> bool {
-        match (self, r.stream) {
-            (_, None) => false,
-            (Filter::Stream { name, from_version }, Some(s)) => s.name == name && s.version >= *from_version,
-            (Filter::Prefix(p), Some(s)) => s.name.starts_with(p.as_str()),
-        }
-    }
-}
-
-/// The records of `recs` that `filter` keeps (all with none), and how many.
-fn filtered<'a>(recs: &'a [u8], count: u32, filter: Option<&Filter>) -> (std::borrow::Cow<'a, [u8]>, u32) {
-    let Some(f) = filter else { return (recs.into(), count) };
-    let mut kept = Vec::new();
-    let mut n = 0;
-    let mut p = 0;
-    // Verified by the log's read: a decoding error cannot happen here.
-    while let Ok((r, len)) = corelog_client::record::decode(&recs[p..]) {
-        if f.keeps(&r) {
-            kept.extend_from_slice(&recs[p..p + len]);
-            n += 1;
-        }
-        p += len;
-    }
-    (kept.into(), n)
-}
-
-/// Pushes committed records from `from` as they become durable (only those `filter`
-/// keeps), until the connection closes. Bounded by `MAX_OUT_BYTES` of unsent responses.
-/// Ends with `OutOfRange` if retention deletes what it has yet to push (a slow reader).
-async fn tail(shard: Rc<Shard>, out: Rc<Outbox>, p: Push, stop: Rc<Cell<bool>>) {
-    let Push { req_id, version, from: mut at, filter } = p;
-    while !out.closed() && !stop.get() {
-        let first = shard.log().first_offset();
-        if at < first {
-            push_out_of_range(&out, version, req_id, first, &format!("offset {at}"));
-            return;
-        }
-        if out.full() {
-            out.drained().await;
-            continue;
-        }
-        let end = shard.committed();
-        if at >= end {
-            shard.changed().await;
-            continue;
-        }
-        match shard.log().read(at, end, TAIL_CHUNK).await {
-            Ok((recs, count)) if count > 0 => {
-                at += count as u64;
-                let (recs, count) = filtered(&recs, count, filter.as_ref());
-                if count > 0 {
-                    let r = Response::Records { shard: shard.id(), next_offset: at, count, records: &recs };
-                    out.push(|b| r.encode(req_id, b));
-                }
-            }
-            Ok(_) => shard.changed().await,
-            Err(e) => {
-                out.push_error(req_id, ErrorCode::Internal, &e.to_string());
-                return;
-            }
-        }
-    }
 }
