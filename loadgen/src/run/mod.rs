@@ -6,6 +6,10 @@
 //! Several processes run one step together (`sweep`): each connects, says `READY` on
 //! stdout and waits for a shared start time (an absolute UNIX timestamp) so that all
 //! measured windows cover the same wall-clock interval; see [`StartGate`].
+//!
+//! Here: the process (its executors, the start gate, the sum of their counts). Below:
+//! `executor` (one executor's connections), `drive` (one connection's appends), `answer`
+//! (the answer to one append) and `link` (opening a connection, and reconnecting).
 
 mod answer;
 mod drive;

@@ -9,6 +9,9 @@
 //! children at the window's edges, collects the children's JSON, merges their histograms
 //! exactly ([`crate::merge`]), cools down, and cross-checks the acknowledged writes
 //! against the leader's and follower's counters.
+//!
+//! Here: the loop over steps and repetitions, and the cross-check's verdict. Below:
+//! `step` (one run of one step) and `children` (that run's processes).
 
 mod children;
 mod step;
