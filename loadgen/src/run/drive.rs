@@ -26,7 +26,7 @@ pub(super) struct Local {
     pub(super) unknown: Cell<u64>,
     pub(super) reconnects: Cell<u64>,
     /// Stream names per (shard, shard count), made on first use.
-    pub(super) names: RefCell<StreamNames>,
+    names: RefCell<StreamNames>,
     /// Failover: what answers showed about leadership, shared by this executor's
     /// connections.
     pub(super) seen: RefCell<Seen>,
