@@ -2,7 +2,8 @@
 //! several of them in step, merges their histograms exactly and reports.
 //!
 //! - [`run`]: one process, N glommio executors, closed or open loop (one step).
-//! - [`result`]: one process's result as JSON, with its hdrhistogram serialized (V2).
+//! - [`result`]: one process's result as JSON, with its hdrhistogram serialized (V2), and
+//!   a sweep's results (runs, steps, cross-checks) built from them.
 //! - [`merge`]: decoding and exact merging of serialized histograms across processes.
 //! - [`sweep`]: steps of connection counts; spawns `run` children with a shared start time.
 //! - [`procstat`]: CPU seconds of a process from /proc/<pid>/stat.

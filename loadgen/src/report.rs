@@ -1,9 +1,9 @@
 //! Human-readable results: the terminal table of one `run`, and the sweep's terminal
 //! table and Markdown. (JSON is the serde form of [`crate::result::RunResult`] and
-//! [`crate::sweep::SweepReport`]; the plot is [`crate::svg`].)
+//! [`crate::result::sweep::SweepReport`]; the plot is [`crate::svg`].)
 
+use crate::result::sweep::{StepSummary, SweepReport};
 use crate::result::RunResult;
-use crate::sweep::{StepSummary, SweepReport};
 
 pub fn fmt_us(us: u64) -> String {
     if us >= 10_000 {

@@ -4,7 +4,7 @@
 use std::fmt::Write;
 
 use crate::report::fmt_int;
-use crate::sweep::SweepReport;
+use crate::result::sweep::SweepReport;
 
 const W: f64 = 820.0;
 const H: f64 = 460.0;
@@ -32,34 +32,79 @@ fn nice_ceil(v: f64) -> f64 {
 }
 
 pub fn plot(r: &SweepReport) -> String {
-    let pw = W - LEFT - RIGHT;
-    let ph = H - TOP - BOTTOM;
-    let xs: Vec<f64> = r.steps.iter().map(|s| s.connections as f64).collect();
-    let (xmin, xmax) =
-        (xs.iter().cloned().fold(f64::INFINITY, f64::min).max(1.0), xs.iter().cloned().fold(0.0, f64::max).max(1.0));
-    let (lx0, lx1) = if xmax > xmin { (xmin.log10(), xmax.log10()) } else { (xmin.log10() - 0.5, xmin.log10() + 0.5) };
-    let pad = (lx1 - lx0) * 0.05;
-    let (lx0, lx1) = (lx0 - pad, lx1 + pad);
-    let x = |c: f64| LEFT + (c.max(1.0).log10() - lx0) / (lx1 - lx0) * pw;
-    let tmax = nice_ceil(r.steps.iter().map(|s| s.acked_per_s).fold(0.0, f64::max) * 1.1);
-    let yt = |v: f64| TOP + ph - v / tmax * ph;
-    // Latency axis in ms, log scale over whole decades.
-    let lat: Vec<f64> = r
-        .steps
-        .iter()
-        .flat_map(|s| [s.p50_us as f64 / 1000.0, s.p99_us as f64 / 1000.0])
-        .filter(|v| *v > 0.0)
-        .collect();
-    let lmin = 10f64.powf(lat.iter().cloned().fold(f64::INFINITY, f64::min).max(0.01).log10().floor());
-    let lmax = 10f64.powf(lat.iter().cloned().fold(0.0, f64::max).max(lmin * 10.0).log10().ceil());
-    let yl = |ms: f64| TOP + ph - (ms.max(lmin).log10() - lmin.log10()) / (lmax.log10() - lmin.log10()) * ph;
-
+    let sc = Scales::of(r);
     let mut s = String::new();
     let _ = writeln!(
         s,
         r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" font-family="sans-serif" font-size="12">"#
     );
     let _ = writeln!(s, r#"<rect width="{W}" height="{H}" fill="white"/>"#);
+    title(&mut s, r);
+    frame_and_grid(&mut s, &sc);
+    axis_titles(&mut s, &sc);
+    series(&mut s, r, &sc);
+    s.push_str("</svg>\n");
+    s
+}
+
+/// Where values land on the plot: connections on a log scale across, acknowledged
+/// writes/s (linear, left axis) and latency in ms (log over whole decades, right axis) up.
+struct Scales {
+    /// The plot area's width and height.
+    pw: f64,
+    ph: f64,
+    /// The connection counts of the steps.
+    xs: Vec<f64>,
+    /// log10 of the connections at the left and right edges.
+    lx0: f64,
+    lx1: f64,
+    /// The top of the throughput axis.
+    tmax: f64,
+    /// The latency axis's bottom and top decades (ms).
+    lmin: f64,
+    lmax: f64,
+}
+
+impl Scales {
+    fn of(r: &SweepReport) -> Scales {
+        let xs: Vec<f64> = r.steps.iter().map(|s| s.connections as f64).collect();
+        let (xmin, xmax) = (
+            xs.iter().cloned().fold(f64::INFINITY, f64::min).max(1.0),
+            xs.iter().cloned().fold(0.0, f64::max).max(1.0),
+        );
+        let (lx0, lx1) =
+            if xmax > xmin { (xmin.log10(), xmax.log10()) } else { (xmin.log10() - 0.5, xmin.log10() + 0.5) };
+        let pad = (lx1 - lx0) * 0.05;
+        let tmax = nice_ceil(r.steps.iter().map(|s| s.acked_per_s).fold(0.0, f64::max) * 1.1);
+        let lat: Vec<f64> = r
+            .steps
+            .iter()
+            .flat_map(|s| [s.p50_us as f64 / 1000.0, s.p99_us as f64 / 1000.0])
+            .filter(|v| *v > 0.0)
+            .collect();
+        let lmin = 10f64.powf(lat.iter().cloned().fold(f64::INFINITY, f64::min).max(0.01).log10().floor());
+        let lmax = 10f64.powf(lat.iter().cloned().fold(0.0, f64::max).max(lmin * 10.0).log10().ceil());
+        Scales { pw: W - LEFT - RIGHT, ph: H - TOP - BOTTOM, xs, lx0: lx0 - pad, lx1: lx1 + pad, tmax, lmin, lmax }
+    }
+
+    /// Connections across.
+    fn x(&self, c: f64) -> f64 {
+        LEFT + (c.max(1.0).log10() - self.lx0) / (self.lx1 - self.lx0) * self.pw
+    }
+
+    /// Acknowledged writes/s up.
+    fn yt(&self, v: f64) -> f64 {
+        TOP + self.ph - v / self.tmax * self.ph
+    }
+
+    /// Latency (ms) up.
+    fn yl(&self, ms: f64) -> f64 {
+        TOP + self.ph
+            - (ms.max(self.lmin).log10() - self.lmin.log10()) / (self.lmax.log10() - self.lmin.log10()) * self.ph
+    }
+}
+
+fn title(s: &mut String, r: &SweepReport) {
     let mode = match r.rate {
         Some(rate) => format!("open loop, {} appends/s", fmt_int(rate)),
         None => "closed loop, 1 append in flight per connection".into(),
@@ -70,11 +115,16 @@ pub fn plot(r: &SweepReport) -> String {
         W / 2.0,
         esc(&format!("corelog sweep {} — {mode}", r.name))
     );
-    // Frame and grid.
+}
+
+/// The plot's frame, the throughput grid and labels (left), the latency decades (right)
+/// and a line and label per step's connection count (below).
+fn frame_and_grid(s: &mut String, sc: &Scales) {
+    let (pw, ph) = (sc.pw, sc.ph);
     let _ = writeln!(s, r##"<rect x="{LEFT}" y="{TOP}" width="{pw}" height="{ph}" fill="none" stroke="#444"/>"##);
     for i in 0..=5 {
-        let v = tmax * i as f64 / 5.0;
-        let y = yt(v);
+        let v = sc.tmax * i as f64 / 5.0;
+        let y = sc.yt(v);
         let _ = writeln!(s, r##"<line x1="{LEFT}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke="#ddd"/>"##, LEFT + pw);
         let _ = writeln!(
             s,
@@ -84,56 +134,62 @@ pub fn plot(r: &SweepReport) -> String {
             fmt_int(v)
         );
     }
-    let mut d = lmin;
-    while d <= lmax * 1.0001 {
-        let y = yl(d);
+    let mut d = sc.lmin;
+    while d <= sc.lmax * 1.0001 {
+        let y = sc.yl(d);
         let label = if d >= 1.0 { format!("{d:.0} ms") } else { format!("{d} ms") };
         let _ = writeln!(s, r##"<text x="{:.1}" y="{:.1}" fill="#b03030">{label}</text>"##, LEFT + pw + 6.0, y + 4.0);
         d *= 10.0;
     }
-    for &c in &xs {
-        let px = x(c);
+    for &c in &sc.xs {
+        let px = sc.x(c);
         let _ = writeln!(s, r##"<line x1="{px:.1}" y1="{TOP}" x2="{px:.1}" y2="{:.1}" stroke="#eee"/>"##, TOP + ph);
         let label = if c >= 1000.0 && (c % 1000.0) == 0.0 { format!("{}k", c / 1000.0) } else { fmt_int(c) };
         let _ = writeln!(s, r#"<text x="{px:.1}" y="{:.1}" text-anchor="middle">{label}</text>"#, TOP + ph + 18.0);
     }
+}
+
+fn axis_titles(s: &mut String, sc: &Scales) {
     let _ = writeln!(
         s,
         r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">connections (log scale)</text>"#,
-        LEFT + pw / 2.0,
+        LEFT + sc.pw / 2.0,
         H - 28.0
     );
     let _ = writeln!(
         s,
         r##"<text transform="translate(20,{:.1}) rotate(-90)" text-anchor="middle" fill="#1f5fbf">acknowledged writes/s</text>"##,
-        TOP + ph / 2.0
+        TOP + sc.ph / 2.0
     );
     let _ = writeln!(
         s,
         r##"<text transform="translate({:.1},{:.1}) rotate(90)" text-anchor="middle" fill="#b03030">latency (log scale)</text>"##,
         W - 22.0,
-        TOP + ph / 2.0
+        TOP + sc.ph / 2.0
     );
-    // Series.
+}
+
+/// The three lines (throughput, p50, p99) with a dot per step, and their legend.
+fn series(s: &mut String, r: &SweepReport, sc: &Scales) {
     type Series<'a> = (&'a str, &'a str, &'a str, Vec<(f64, f64)>);
     let series: [Series; 3] = [
         (
             "acked writes/s",
             "#1f5fbf",
             "",
-            r.steps.iter().map(|st| (x(st.connections as f64), yt(st.acked_per_s))).collect(),
+            r.steps.iter().map(|st| (sc.x(st.connections as f64), sc.yt(st.acked_per_s))).collect(),
         ),
         (
             "p50",
             "#e08a00",
             "6,4",
-            r.steps.iter().map(|st| (x(st.connections as f64), yl(st.p50_us as f64 / 1000.0))).collect(),
+            r.steps.iter().map(|st| (sc.x(st.connections as f64), sc.yl(st.p50_us as f64 / 1000.0))).collect(),
         ),
         (
             "p99",
             "#b03030",
             "2,3",
-            r.steps.iter().map(|st| (x(st.connections as f64), yl(st.p99_us as f64 / 1000.0))).collect(),
+            r.steps.iter().map(|st| (sc.x(st.connections as f64), sc.yl(st.p99_us as f64 / 1000.0))).collect(),
         ),
     ];
     for (i, (name, color, dash, pts)) in series.iter().enumerate() {
@@ -157,8 +213,6 @@ pub fn plot(r: &SweepReport) -> String {
         );
         let _ = writeln!(s, r#"<text x="{:.1}" y="{ly}">{}</text>"#, lx + 34.0, esc(name));
     }
-    s.push_str("</svg>\n");
-    s
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ use std::process::Command;
 
 use common::{server_bin, start_server};
 
-use corelog_loadgen::sweep::SweepReport;
+use corelog_loadgen::result::sweep::SweepReport;
 
 #[test]
 fn sweep_over_several_processes_cross_checks_exactly() {

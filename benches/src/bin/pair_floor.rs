@@ -368,20 +368,20 @@ fn proc_cost(pid: u32) -> io::Result<(f64, u64)> {
     Ok((cpu, cs))
 }
 
+/// One load connection: its socket, the bytes of answers read so far, and when the
+/// request in flight counts from (None: none in flight).
+type Conn = (TcpStream, Vec<u8>, Option<Instant>);
+
+/// CPU seconds and context switches of the leader and the follower at the window's start.
+type Costs = ((f64, u64), (f64, u64));
+
 fn client(target: &str, conns: usize, rate: f64, warmup: f64, duration: f64, pids: [u32; 2]) -> io::Result<()> {
     // rate 0: closed loop — each connection sends its next request as soon as its answer
     // came (ab.sh's one-connection figures), latency measured from that send.
     assert!(conns >= 1 && rate >= 0.0);
     let closed = rate == 0.0;
     let ep = Epoll::new()?;
-    let mut cs = Vec::with_capacity(conns);
-    for i in 0..conns {
-        let s = connect(target)?;
-        s.set_nodelay(true)?;
-        s.set_nonblocking(true)?;
-        ep.add(s.as_raw_fd(), i as u64)?;
-        cs.push((s, Vec::new(), None::<Instant>));
-    }
+    let mut cs = open_conns(target, conns, &ep)?;
     let timer = Timer::new()?;
     ep.add(timer.0, TIMER)?;
     let (base, origin) = (Instant::now(), monotonic_now());
@@ -428,32 +428,73 @@ fn client(target: &str, conns: usize, rate: f64, warmup: f64, duration: f64, pid
             timer.arm(start + interval.mul_f64(k as f64) - base + origin)?;
         }
         let n = ep.wait(&mut evs, if closed { 10 } else { 1000 })?;
-        for ev in &evs[..n] {
-            let c = ev.u64 as usize;
-            if ev.u64 == TIMER {
-                timer.clear();
-                continue;
-            }
-            let (s, buf, sent) = &mut cs[c];
-            if !drain(s, buf)? {
-                return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "the leader closed a connection"));
-            }
-            while buf.len() >= 8 {
-                buf.drain(..8);
-                let t = sent.take().expect("an answer with no request in flight");
-                if at_w0.is_some() {
-                    acked += 1;
-                    lat.push(t.elapsed().as_micros() as u64);
-                }
+        let window = at_w0.is_some().then_some(&mut lat);
+        acked += receive(&mut cs, &evs[..n], &timer, window)?;
+    }
+    let (l0, f0, _) = at_w0.expect("the window started");
+    print_totals((l0, f0), pids, acked, skipped, lat, duration)
+}
+
+/// Opens `conns` connections to `target`, non-blocking, each watched by `ep` under its
+/// index.
+fn open_conns(target: &str, conns: usize, ep: &Epoll) -> io::Result<Vec<Conn>> {
+    let mut cs = Vec::with_capacity(conns);
+    for i in 0..conns {
+        let s = connect(target)?;
+        s.set_nodelay(true)?;
+        s.set_nonblocking(true)?;
+        ep.add(s.as_raw_fd(), i as u64)?;
+        cs.push((s, Vec::new(), None::<Instant>));
+    }
+    Ok(cs)
+}
+
+/// Reads the answers the events `evs` announce; inside the window (`window`: where the
+/// latencies go) returns how many came and records their latencies, else 0.
+fn receive(
+    cs: &mut [Conn],
+    evs: &[libc::epoll_event],
+    timer: &Timer,
+    mut window: Option<&mut Vec<u64>>,
+) -> io::Result<u64> {
+    let mut acked = 0;
+    for ev in evs {
+        let c = ev.u64 as usize;
+        if ev.u64 == TIMER {
+            timer.clear();
+            continue;
+        }
+        let (s, buf, sent) = &mut cs[c];
+        if !drain(s, buf)? {
+            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "the leader closed a connection"));
+        }
+        while buf.len() >= 8 {
+            buf.drain(..8);
+            let t = sent.take().expect("an answer with no request in flight");
+            if let Some(lat) = window.as_deref_mut() {
+                acked += 1;
+                lat.push(t.elapsed().as_micros() as u64);
             }
         }
     }
-    let ((l0, lc0), (f0, fc0), _) = at_w0.expect("the window started");
+    Ok(acked)
+}
+
+/// Prints the window's totals: the line benches/pair_floor.sh sums over pairs, then the
+/// one for people. `at_w0`: the servers' costs at the window's start.
+fn print_totals(
+    at_w0: Costs,
+    pids: [u32; 2],
+    acked: u64,
+    skipped: u64,
+    mut lat: Vec<u64>,
+    duration: f64,
+) -> io::Result<()> {
+    let ((l0, lc0), (f0, fc0)) = at_w0;
     let ((l1, lc1), (f1, fc1)) = (proc_cost(pids[0])?, proc_cost(pids[1])?);
     let per = |t0: f64, t1: f64| (t1 - t0) * 1e6 / acked.max(1) as f64;
     lat.sort_unstable();
     let p = |q: f64| lat.get(((lat.len() as f64 * q) as usize).min(lat.len().saturating_sub(1))).copied().unwrap_or(0);
-    // The line benches/pair_floor.sh sums over pairs, then the one for people.
     println!(
         "totals acked {acked} leader_cpu_us {:.0} follower_cpu_us {:.0} leader_switches {} follower_switches {} p50_us {}",
         (l1 - l0) * 1e6,

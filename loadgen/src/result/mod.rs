@@ -1,6 +1,9 @@
 //! One load-generating process's result, as written by `run --json` and read back by
 //! `sweep`. The latency histogram travels serialized (hdrhistogram V2, hex) so that the
-//! sweep merges processes exactly instead of averaging their percentiles.
+//! sweep merges processes exactly instead of averaging their percentiles. A sweep's own
+//! results, made of these, are in [`sweep`].
+
+pub mod sweep;
 
 use std::collections::BTreeMap;
 
