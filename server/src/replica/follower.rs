@@ -52,6 +52,9 @@ async fn refuse(wr: &mut Writer, code: ErrorCode, msg: String) -> String {
     format!("refused ({code:?}): {msg}")
 }
 
+/// One replication link from a leader, to its end: the leader's `Hello` checked, the
+/// logs agreed (`Welcome`: the epoch adopted and our log cut to the common prefix, or a
+/// `Seed` of an empty follower), then its batches applied and acknowledged.
 async fn serve(
     shard: &Rc<Shard>,
     sock: TcpStream,
@@ -62,72 +65,95 @@ async fn serve(
     let _ = sock.set_nodelay(true);
     // TLS and the leader's Hello by then, or the connection is dropped unread.
     let hello_by = Instant::now() + shard.cfg().handshake_timeout;
-    let timed_out = || {
-        shard.metrics().handshake_timeouts.increment(1);
-        format!("no TLS handshake and Hello within {:?}", shard.cfg().handshake_timeout)
-    };
-    let (mut rd, mut wr) =
-        deadline(hello_by, tls_io::establish_as(sock, t, "replication")).await.ok_or_else(timed_out)?.map_err(|e| {
+    let (mut rd, mut wr) = deadline(hello_by, tls_io::establish_as(sock, t, "replication"))
+        .await
+        .ok_or_else(|| timed_out(shard))?
+        .map_err(|e| {
             shard.metrics().tls_failures.increment(1);
             format!("TLS handshake failed: {e}")
         })?;
     let mut used = 0;
-    let (leader_epoch, leader_end) = {
-        let f = deadline(hello_by, next_frame(&mut rd, &mut used))
-            .await
-            .ok_or_else(timed_out)??
-            .ok_or("closed before Hello")?;
-        let Repl::Hello { version, shard: s, shard_count, epoch, next_offset: leader_end, .. } = parse(&f)? else {
-            return Err(refuse(&mut wr, ErrorCode::BadHandshake, "first frame must be Hello".into()).await);
-        };
-        if version != REPL_PROTOCOL_VERSION {
-            return Err(refuse(
-                &mut wr,
-                ErrorCode::BadVersion,
-                format!("replication protocol {version}, ours {REPL_PROTOCOL_VERSION}"),
-            )
-            .await);
-        }
-        if s != shard.id() || shard_count != shard.cfg().shard_count {
-            let msg =
-                format!("peer shard {s}/{shard_count} does not match ours {}/{}", shard.id(), shard.cfg().shard_count);
-            return Err(refuse(&mut wr, ErrorCode::BadHandshake, msg).await);
-        }
-        let mine = shard.epoch();
-        if epoch < mine {
-            return Err(refuse(
-                &mut wr,
-                ErrorCode::Fenced,
-                format!("stale epoch {epoch}: this node is at epoch {mine}"),
-            )
-            .await);
-        }
-        if shard.role() != Role::Follower {
-            if epoch > mine {
-                shard.fence(&format!("a leader with epoch {epoch} > ours {mine} dialled us"));
-            }
-            return Err(refuse(
-                &mut wr,
-                ErrorCode::Unexpected,
-                format!("this node is not a follower ({})", shard.role().name()),
-            )
-            .await);
-        }
-        // A leader whose log ends below what it had made durable (and we hold) lost
-        // writes: its handshake would cut them here. Refuse; see docs/operations.md 7.1.
-        let floor = control::read_leader_floor(dir)?;
-        if leader_end < floor {
-            let msg = format!(
-                "LOST WRITES: the leader's log ends at offset {leader_end}, but it had made every offset below {floor} durable (this follower holds them): its storage lost writes. Refusing to let it cut them; promote this node (its log is complete) and let the other follow it"
-            );
-            log::info!("shard {}: {msg}", shard.id());
-            return Err(refuse(&mut wr, ErrorCode::Diverged, msg).await);
-        }
-        (epoch, leader_end)
-    };
+    let (leader_epoch, leader_end) = leader_hello(shard, (&mut rd, &mut wr, &mut used), hello_by, dir).await?;
     // The newest authenticated leader connection wins; older ones stop applying.
     gen.set(gen.get() + 1);
     let my_gen = gen.get();
+    agree(shard, (&mut rd, &mut wr, &mut used), leader_epoch, (gen, my_gen), dir).await?;
+    follow(shard, (rd, wr, used), (leader_epoch, leader_end), (gen, my_gen), dir).await
+}
+
+fn timed_out(shard: &Shard) -> String {
+    shard.metrics().handshake_timeouts.increment(1);
+    format!("no TLS handshake and Hello within {:?}", shard.cfg().handshake_timeout)
+}
+
+/// The leader's `Hello`: protocol, shard, an epoch not below ours, this node following,
+/// and a log end not below what the leader had made durable here. Returns the leader's
+/// epoch and log end.
+async fn leader_hello(
+    shard: &Shard,
+    (rd, wr, used): (&mut tls_io::Reader, &mut Writer, &mut usize),
+    hello_by: Instant,
+    dir: &std::path::Path,
+) -> Result<(u32, u64), String> {
+    let f = deadline(hello_by, next_frame(rd, used))
+        .await
+        .ok_or_else(|| timed_out(shard))??
+        .ok_or("closed before Hello")?;
+    let Repl::Hello { version, shard: s, shard_count, epoch, next_offset: leader_end, .. } = parse(&f)? else {
+        return Err(refuse(wr, ErrorCode::BadHandshake, "first frame must be Hello".into()).await);
+    };
+    if version != REPL_PROTOCOL_VERSION {
+        return Err(refuse(
+            wr,
+            ErrorCode::BadVersion,
+            format!("replication protocol {version}, ours {REPL_PROTOCOL_VERSION}"),
+        )
+        .await);
+    }
+    if s != shard.id() || shard_count != shard.cfg().shard_count {
+        let msg =
+            format!("peer shard {s}/{shard_count} does not match ours {}/{}", shard.id(), shard.cfg().shard_count);
+        return Err(refuse(wr, ErrorCode::BadHandshake, msg).await);
+    }
+    let mine = shard.epoch();
+    if epoch < mine {
+        return Err(refuse(wr, ErrorCode::Fenced, format!("stale epoch {epoch}: this node is at epoch {mine}")).await);
+    }
+    if shard.role() != Role::Follower {
+        if epoch > mine {
+            shard.fence(&format!("a leader with epoch {epoch} > ours {mine} dialled us"));
+        }
+        return Err(refuse(
+            wr,
+            ErrorCode::Unexpected,
+            format!("this node is not a follower ({})", shard.role().name()),
+        )
+        .await);
+    }
+    // A leader whose log ends below what it had made durable (and we hold) lost
+    // writes: its handshake would cut them here. Refuse; see docs/operations.md 7.1.
+    let floor = control::read_leader_floor(dir)?;
+    if leader_end < floor {
+        let msg = format!(
+            "LOST WRITES: the leader's log ends at offset {leader_end}, but it had made every offset below {floor} durable (this follower holds them): its storage lost writes. Refusing to let it cut them; promote this node (its log is complete) and let the other follow it"
+        );
+        log::info!("shard {}: {msg}", shard.id());
+        return Err(refuse(wr, ErrorCode::Diverged, msg).await);
+    }
+    Ok((epoch, leader_end))
+}
+
+/// Our `Hello` (a settled log end) and the leader's answer: a `Welcome` (the epoch
+/// adopted, durable before any cut or record of it, then our log cut to where the two
+/// agree) or a `Seed` (an empty follower of a trimmed leader: received whole, then this
+/// process starts over on it).
+async fn agree(
+    shard: &Rc<Shard>,
+    (rd, wr, used): (&mut tls_io::Reader, &mut Writer, &mut usize),
+    leader_epoch: u32,
+    (gen, my_gen): (&Cell<u64>, u64),
+    dir: &std::path::Path,
+) -> Result<(), String> {
     // Report a settled end: wait for batches of an earlier connection to hit the disk.
     while shard.assigned() != shard.log().next_offset() {
         shard.changed().await;
@@ -144,7 +170,7 @@ async fn serve(
     .encode(&mut out);
     wr.write(&out).await.map_err(|e| e.to_string())?;
     {
-        let f = next_frame(&mut rd, &mut used).await?.ok_or("closed before Welcome")?;
+        let f = next_frame(rd, used).await?.ok_or("closed before Welcome")?;
         let (epoch, truncate_to, common_epoch) = match parse(&f)? {
             Repl::Welcome { epoch, truncate_to, common_epoch } => (epoch, truncate_to, common_epoch),
             Repl::Seed { first_offset, total, at: 0, bytes } => {
@@ -153,7 +179,7 @@ async fn serve(
                     return Err("superseded by a newer leader connection".into());
                 }
                 shard.adopt_epoch(dir, leader_epoch)?;
-                seed::receive(shard, &mut rd, &mut used, first, dir).await?;
+                seed::receive(shard, rd, used, first, dir).await?;
                 crate::reexec::stop_and_exec(&shard.cfg().ctl);
             }
             _ => return Err("expected Welcome".into()),
@@ -174,7 +200,7 @@ async fn serve(
                 "the leader's log diverges from ours at offset {truncate_to}, below our first offset {first} (retention deleted older segments): this node cannot follow it; start it with an empty data directory to have it rebuilt (docs/operations.md §17)"
             );
             log::error!("shard {}: {msg}", shard.id());
-            return Err(refuse(&mut wr, ErrorCode::Diverged, msg).await);
+            return Err(refuse(wr, ErrorCode::Diverged, msg).await);
         }
         if truncate_to < shard.log().next_offset() {
             let before = shard.log().next_offset();
@@ -188,10 +214,22 @@ async fn serve(
             );
         }
     }
+    Ok(())
+}
+
+/// `Joined` with our last record's identity, then the leader's batches applied until
+/// the link ends, with an acker task confirming what is durable here.
+async fn follow(
+    shard: &Rc<Shard>,
+    (mut rd, mut wr, mut used): (tls_io::Reader, Writer, usize),
+    (leader_epoch, leader_end): (u32, u64),
+    (gen, my_gen): (&Rc<Cell<u64>>, u64),
+    dir: &std::path::Path,
+) -> Result<(), String> {
     let start = shard.log().next_offset();
     let (last_epoch, last_crc) =
         shard.log().last_record_id(start).await.map_err(|e| format!("reading our last record: {e}"))?.unwrap_or((0, 0));
-    out.clear();
+    let mut out = Vec::new();
     Repl::Joined { next_offset: start, last_epoch, last_crc }.encode(&mut out);
     wr.write(&out).await.map_err(|e| e.to_string())?;
     log::info!("shard {}: following leader at epoch {leader_epoch} from offset {start}", shard.id());

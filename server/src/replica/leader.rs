@@ -105,6 +105,9 @@ fn fence(shard: &Shard, why: &str) -> String {
     format!("fenced: {why}")
 }
 
+/// One replication link to the follower, to its end: the handshake (our `Hello`, its
+/// `Hello`, a `Welcome` naming where the logs agree, its `Joined` proving its last
+/// record is ours), then batches shipped while a task reads its acknowledgements.
 async fn link_once(shard: &Rc<Shard>, cfg: &LinkConfig) -> Result<(), String> {
     let sock =
         TcpStream::connect_timeout(cfg.peer, Duration::from_secs(2)).await.map_err(|e| format!("connect: {e}"))?;
@@ -113,10 +116,9 @@ async fn link_once(shard: &Rc<Shard>, cfg: &LinkConfig) -> Result<(), String> {
     // The whole handshake (TLS, Hello, Welcome, Joined) by then: a frozen or half-open
     // follower cannot stall the link for ever; the link is retried with back-off.
     let done_by = Instant::now() + shard.cfg().handshake_timeout;
-    let late = || format!("handshake not done within {:?}", shard.cfg().handshake_timeout);
     let (mut rd, mut wr) = deadline(done_by, tls_io::establish_as(sock, t, "replication"))
         .await
-        .ok_or_else(late)?
+        .ok_or_else(|| late(shard))?
         .map_err(|e| format!("TLS handshake: {e}"))?;
     let epoch = shard.epoch();
     let mut out = Vec::new();
@@ -131,84 +133,15 @@ async fn link_once(shard: &Rc<Shard>, cfg: &LinkConfig) -> Result<(), String> {
     .encode(&mut out);
     wr.write(&out).await.map_err(|e| e.to_string())?;
     let mut used = 0;
-    let (f_next, f_last_epoch) = {
-        let f = deadline(done_by, next_frame(&mut rd, &mut used)).await.ok_or_else(late)??;
-        let f = f.ok_or("follower closed during handshake")?;
-        match parse(&f)? {
-            Repl::Hello { version, shard: s, shard_count, epoch: fe, next_offset, last_epoch } => {
-                if version != REPL_PROTOCOL_VERSION || s != shard.id() || shard_count != shard.cfg().shard_count {
-                    return Err(format!("follower mismatch: version {version}, shard {s}, shard count {shard_count}"));
-                }
-                if fe > epoch {
-                    return Err(fence(shard, &format!("follower has epoch {fe} > ours {epoch}")));
-                }
-                let first = shard.log().first_offset();
-                if next_offset < first && last_epoch == 0 {
-                    // It holds no record: seeded with our snapshot at `first`, it
-                    // restarts there and joins again (`seed`).
-                    log::info!(
-                        "shard {}: follower {} holds no record and ends at {next_offset}, below our first offset {first}: seeding it with the index snapshot at {first}",
-                        shard.id(),
-                        cfg.peer
-                    );
-                    let bytes = super::seed::send(shard, &mut wr, first).await?;
-                    wr.close().await;
-                    return Err(format!(
-                        "seeded the follower at offset {first} ({bytes} bytes of index snapshot); it restarts and joins again"
-                    ));
-                }
-                if next_offset < first {
-                    let why = format!(
-                        "the follower's log ends at offset {next_offset}, below this leader's first offset {first} (retention deleted older segments): it cannot catch up; start it with an empty data directory to have it rebuilt from this leader (docs/operations.md §17)"
-                    );
-                    out.clear();
-                    Repl::Error { code: ErrorCode::Diverged as u16, message: &why }.encode(&mut out);
-                    let _ = wr.write(&out).await;
-                    wr.close().await;
-                    return Err(why);
-                }
-                (next_offset, last_epoch)
-            }
-            Repl::Error { code, message } if code == ErrorCode::Fenced as u16 => return Err(fence(shard, message)),
-            Repl::Error { code, message }
-                if code == ErrorCode::Diverged as u16 && message.starts_with("LOST WRITES") =>
-            {
-                return Err(lost_writes(shard, cfg, message));
-            }
-            Repl::Error { code, message } => return Err(format!("follower refused: {code} {message}")),
-            _ => return Err("unexpected frame from follower during handshake".into()),
-        }
-    };
+    let (f_next, f_last_epoch) = follower_hello(shard, cfg, (&mut rd, &mut wr, &mut used), done_by, epoch).await?;
     // Kafka-style divergence: the largest epoch we have that is not above the
     // follower's last; the follower also cuts at that epoch's end in its own log.
     let (common_epoch, truncate_to) = shard.log().with_history(|h| handshake::welcome(h, f_next, f_last_epoch));
+    assert!(common_epoch <= epoch, "a Welcome names epoch {common_epoch}, above ours {epoch}");
     out.clear();
     Repl::Welcome { epoch, truncate_to, common_epoch }.encode(&mut out);
     wr.write(&out).await.map_err(|e| e.to_string())?;
-    let start = {
-        let f = deadline(done_by, next_frame(&mut rd, &mut used)).await.ok_or_else(late)??;
-        let f = f.ok_or("follower closed during handshake")?;
-        match parse(&f)? {
-            Repl::Joined { next_offset, last_epoch, last_crc } if next_offset <= truncate_to => {
-                // The follower's last record must be ours, byte for byte (epoch and CRC;
-                // the CRC covers offset, epoch and payload). Logs that agree on their
-                // last common record agree on every record before it: each epoch has
-                // one writer (see `Shard`).
-                let ours =
-                    shard.log().last_record_id(next_offset).await.map_err(|e| format!("reading our record: {e}"))?;
-                if let Err(why) = handshake::same_last_record(next_offset, (last_epoch, last_crc), ours) {
-                    out.clear();
-                    Repl::Error { code: ErrorCode::Diverged as u16, message: &why }.encode(&mut out);
-                    let _ = wr.write(&out).await;
-                    wr.close().await;
-                    shard.metrics().diverged.increment(1);
-                    return Err(format!("DIVERGED: {why}; refusing the link (nothing is acknowledged)"));
-                }
-                next_offset
-            }
-            other => return Err(format!("expected Joined ≤ {truncate_to} after Welcome, got {other:?}")),
-        }
-    };
+    let start = joined(shard, (&mut rd, &mut wr, &mut used), done_by, truncate_to).await?;
     log::info!(
         "shard {}: follower {} joined at offset {start} (leader at {}), epoch {epoch}",
         shard.id(),
@@ -217,42 +150,143 @@ async fn link_once(shard: &Rc<Shard>, cfg: &LinkConfig) -> Result<(), String> {
     );
     shard.follower_joined(start);
     let dead = Rc::new(Cell::new(false));
-    let acks = {
-        let shard = shard.clone();
-        let dead = dead.clone();
-        glommio::spawn_local(async move {
-            let mut used = used;
-            let r: Result<(), String> = async {
-                // One timer for the loop, not one per ack (see `watchdog`).
-                let mut silent = Watchdog::new();
-                loop {
-                    let limit = shard.cfg().repl_timeout;
-                    let f = silent
-                        .within(Instant::now(), limit, next_frame(&mut rd, &mut used))
-                        .await
-                        .ok_or_else(|| format!("follower silent for {limit:?}: dropping the link"))??;
-                    let f = f.ok_or("follower closed")?;
-                    match parse(&f)? {
-                        Repl::Ack { next_offset } => shard.follower_acked(next_offset),
-                        Repl::Error { code, message } if code == ErrorCode::Fenced as u16 => {
-                            return Err(fence(&shard, message))
-                        }
-                        Repl::Error { code, message } => return Err(format!("follower error {code}: {message}")),
-                        other => return Err(format!("unexpected frame from follower: {other:?}")),
-                    }
-                }
-            }
-            .await;
-            dead.set(true);
-            shard.nudge_shipper();
-            r
-        })
-    };
+    let acks = read_acks(shard, rd, used, dead.clone());
     let sent = ship(shard, &mut wr, start, &dead).await;
     dead.set(true);
     wr.close().await;
     let acked = acks.await;
     sent.and(acked)
+}
+
+fn late(shard: &Shard) -> String {
+    format!("handshake not done within {:?}", shard.cfg().handshake_timeout)
+}
+
+/// The follower's `Hello`: same protocol and shard, an epoch not above ours (else we
+/// are fenced), a log that is not below our first offset (an empty one is seeded with
+/// our snapshot instead, and the link ends). Returns its log end and last epoch.
+async fn follower_hello(
+    shard: &Rc<Shard>,
+    cfg: &LinkConfig,
+    (rd, wr, used): (&mut tls_io::Reader, &mut Writer, &mut usize),
+    done_by: Instant,
+    epoch: u32,
+) -> Result<(u64, u32), String> {
+    let mut out = Vec::new();
+    let f = deadline(done_by, next_frame(rd, used)).await.ok_or_else(|| late(shard))??;
+    let f = f.ok_or("follower closed during handshake")?;
+    match parse(&f)? {
+        Repl::Hello { version, shard: s, shard_count, epoch: fe, next_offset, last_epoch } => {
+            if version != REPL_PROTOCOL_VERSION || s != shard.id() || shard_count != shard.cfg().shard_count {
+                return Err(format!("follower mismatch: version {version}, shard {s}, shard count {shard_count}"));
+            }
+            if fe > epoch {
+                return Err(fence(shard, &format!("follower has epoch {fe} > ours {epoch}")));
+            }
+            let first = shard.log().first_offset();
+            if next_offset < first && last_epoch == 0 {
+                // It holds no record: seeded with our snapshot at `first`, it
+                // restarts there and joins again (`seed`).
+                log::info!(
+                    "shard {}: follower {} holds no record and ends at {next_offset}, below our first offset {first}: seeding it with the index snapshot at {first}",
+                    shard.id(),
+                    cfg.peer
+                );
+                let bytes = super::seed::send(shard, wr, first).await?;
+                wr.close().await;
+                return Err(format!(
+                    "seeded the follower at offset {first} ({bytes} bytes of index snapshot); it restarts and joins again"
+                ));
+            }
+            if next_offset < first {
+                let why = format!(
+                    "the follower's log ends at offset {next_offset}, below this leader's first offset {first} (retention deleted older segments): it cannot catch up; start it with an empty data directory to have it rebuilt from this leader (docs/operations.md §17)"
+                );
+                out.clear();
+                Repl::Error { code: ErrorCode::Diverged as u16, message: &why }.encode(&mut out);
+                let _ = wr.write(&out).await;
+                wr.close().await;
+                return Err(why);
+            }
+            Ok((next_offset, last_epoch))
+        }
+        Repl::Error { code, message } if code == ErrorCode::Fenced as u16 => return Err(fence(shard, message)),
+        Repl::Error { code, message } if code == ErrorCode::Diverged as u16 && message.starts_with("LOST WRITES") => {
+            return Err(lost_writes(shard, cfg, message));
+        }
+        Repl::Error { code, message } => return Err(format!("follower refused: {code} {message}")),
+        _ => return Err("unexpected frame from follower during handshake".into()),
+    }
+}
+
+/// The follower's `Joined`: it cut its log to at most `truncate_to` and its last record
+/// is ours, byte for byte. Returns where it continues.
+async fn joined(
+    shard: &Shard,
+    (rd, wr, used): (&mut tls_io::Reader, &mut Writer, &mut usize),
+    done_by: Instant,
+    truncate_to: u64,
+) -> Result<u64, String> {
+    let mut out = Vec::new();
+    let f = deadline(done_by, next_frame(rd, used)).await.ok_or_else(|| late(shard))??;
+    let f = f.ok_or("follower closed during handshake")?;
+    match parse(&f)? {
+        Repl::Joined { next_offset, last_epoch, last_crc } if next_offset <= truncate_to => {
+            // The follower's last record must be ours, byte for byte (epoch and CRC;
+            // the CRC covers offset, epoch and payload). Logs that agree on their
+            // last common record agree on every record before it: each epoch has
+            // one writer (see `Shard`).
+            let ours = shard.log().last_record_id(next_offset).await.map_err(|e| format!("reading our record: {e}"))?;
+            if let Err(why) = handshake::same_last_record(next_offset, (last_epoch, last_crc), ours) {
+                out.clear();
+                Repl::Error { code: ErrorCode::Diverged as u16, message: &why }.encode(&mut out);
+                let _ = wr.write(&out).await;
+                wr.close().await;
+                shard.metrics().diverged.increment(1);
+                return Err(format!("DIVERGED: {why}; refusing the link (nothing is acknowledged)"));
+            }
+            Ok(next_offset)
+        }
+        other => return Err(format!("expected Joined ≤ {truncate_to} after Welcome, got {other:?}")),
+    }
+}
+
+/// Reads the follower's acknowledgements until the link ends (then `dead` is set and
+/// the shipper woken).
+fn read_acks(
+    shard: &Rc<Shard>,
+    mut rd: tls_io::Reader,
+    used: usize,
+    dead: Rc<Cell<bool>>,
+) -> glommio::Task<Result<(), String>> {
+    let shard = shard.clone();
+    glommio::spawn_local(async move {
+        let mut used = used;
+        let r: Result<(), String> = async {
+            // One timer for the loop, not one per ack (see `watchdog`).
+            let mut silent = Watchdog::new();
+            loop {
+                let limit = shard.cfg().repl_timeout;
+                let f = silent
+                    .within(Instant::now(), limit, next_frame(&mut rd, &mut used))
+                    .await
+                    .ok_or_else(|| format!("follower silent for {limit:?}: dropping the link"))??;
+                let f = f.ok_or("follower closed")?;
+                match parse(&f)? {
+                    Repl::Ack { next_offset } => shard.follower_acked(next_offset),
+                    Repl::Error { code, message } if code == ErrorCode::Fenced as u16 => {
+                        return Err(fence(&shard, message))
+                    }
+                    Repl::Error { code, message } => return Err(format!("follower error {code}: {message}")),
+                    other => return Err(format!("unexpected frame from follower: {other:?}")),
+                }
+            }
+        }
+        .await;
+        dead.set(true);
+        shard.nudge_shipper();
+        r
+    })
 }
 
 /// Streams records from `cursor` until the link dies or we stop leading.
