@@ -15,7 +15,7 @@
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
 
-use super::{decode_entry, Entry};
+use super::entry::{decode_entry, Entry};
 use crate::le::Reader;
 
 #[derive(Default)]
