@@ -65,6 +65,7 @@ pub fn shard_bytes_per_s(node_mib_per_s: f64, shard_count: u16) -> Option<u64> {
         return None;
     }
     let b = node_mib_per_s * (1u64 << 20) as f64 / shard_count as f64;
+    assert!(b > 0.0, "scrub: {node_mib_per_s} MiB/s over {shard_count} shards gives no rate");
     Some((b as u64).max(1))
 }
 

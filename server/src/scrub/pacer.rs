@@ -13,7 +13,7 @@ pub struct Pacer {
 
 impl Pacer {
     pub fn new(bytes_per_s: u64) -> Pacer {
-        assert!(bytes_per_s > 0);
+        assert!(bytes_per_s > 0, "scrub pacer: a rate of 0 bytes per second never lets a read start");
         Pacer { bytes_per_s, next: None }
     }
 
@@ -22,6 +22,7 @@ impl Pacer {
         let start = self.next.map_or(now, |n| n.max(now));
         let cost_ns = (bytes as u128 * 1_000_000_000 / self.bytes_per_s as u128).min(u64::MAX as u128) as u64;
         self.next = Some(start + Duration::from_nanos(cost_ns));
+        assert!(start >= now, "scrub pacer: a read would start before it is asked for");
         start - now
     }
 }

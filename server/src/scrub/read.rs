@@ -27,6 +27,7 @@ fn read_plain(path: &Path, pos: u64) -> std::io::Result<Vec<u8>> {
     // O_DIRECT wants a block-aligned buffer: a block-aligned window of a larger one.
     let mut v = vec![0u8; CHUNK + BLOCK as usize];
     let skip = v.as_ptr().align_offset(BLOCK as usize);
+    assert!(skip < BLOCK as usize, "scrub: no {BLOCK}-byte aligned window in the read buffer (offset {skip})");
     let buf = &mut v[skip..skip + CHUNK];
     let mut n = 0;
     while n < CHUNK {

@@ -35,6 +35,7 @@ pub(super) struct Known {
 /// damage it no longer finds.
 pub(super) fn note(shard: &Shard, known: &mut Vec<Known>, first: u64, path: &Path, found: Vec<Damage>) {
     let id = shard.id();
+    debug_assert!(known.iter().filter(|k| k.first == first).count() <= 1, "scrub: segment {first} known twice");
     let i = known.iter().position(|k| k.first == first);
     if found.is_empty() {
         if let Some(i) = i {

@@ -47,6 +47,7 @@ impl SegCheck {
     /// The check of the segment starting at offset `first`, followed by one starting at
     /// `next`, with its index file if it has one.
     pub fn new(first: u64, next: u64, idx: Option<SegIdx>) -> SegCheck {
+        assert!(first <= next, "scrub: segment {first} followed by one at {next}: offsets must ascend");
         let mut c = SegCheck {
             first,
             next,
@@ -89,11 +90,14 @@ impl SegCheck {
         self.drop_consumed();
         self.buf.extend_from_slice(bytes);
         self.run(false);
+        debug_assert!(self.found.len() <= MAX_FINDINGS, "scrub: {} findings itemised", self.found.len());
     }
 
     /// The file ended after the bytes fed: what was found.
     pub fn finish(mut self) -> Vec<Damage> {
         self.run(true);
+        assert!(self.phase == Phase::Done, "scrub: the file's end left the check in phase {:?}", self.phase);
+        assert!(self.found.len() <= MAX_FINDINGS, "scrub: {} findings itemised", self.found.len());
         self.found
     }
 
@@ -131,15 +135,19 @@ impl SegCheck {
             self.buf.drain(..n);
             self.buf_at += n as u64;
         }
+        debug_assert!(self.buf_at <= self.pos, "scrub: bytes at {} dropped past {}", self.buf_at, self.pos);
     }
 
     /// The bytes from `pos` on that have been fed.
     fn here(&self) -> &[u8] {
+        assert!(self.buf_at <= self.pos, "scrub: the check at byte {} lost bytes from {}", self.pos, self.buf_at);
         let skip = (self.pos - self.buf_at) as usize;
         self.buf.get(skip..).unwrap_or_default()
     }
 
     fn damage(&mut self, pos: u64, offsets: Option<(u64, u64)>, what: String) {
+        assert!(self.found.len() < MAX_FINDINGS, "scrub: damage reported after the last finding");
+        debug_assert!(offsets.is_none_or(|(a, b)| a <= b), "scrub: damage at offsets {offsets:?}");
         if self.found.len() + 1 >= MAX_FINDINGS {
             self.found.push(Damage {
                 pos,
@@ -155,6 +163,7 @@ impl SegCheck {
     /// The offsets of the batch the index places at or before byte `pos` (without an
     /// index: from the next expected offset to the segment's end).
     fn covering(&self, pos: u64) -> (u64, u64) {
+        debug_assert!(self.expected <= self.next, "scrub: the log continues at {} past {}", self.expected, self.next);
         let Some(ix) = &self.idx else { return (self.expected, self.next) };
         let i = (0..ix.batches.len()).rev().find(|&i| ix.batches.get(self.first, i).pos <= pos);
         match i {
@@ -188,6 +197,11 @@ impl SegCheck {
         match verdict::judge(self.here(), eof, &at) {
             Verdict::More => return false,
             Verdict::Whole { count, span, crc, records_len } => {
+                assert!(
+                    span > 0 && self.expected + count <= self.next,
+                    "scrub: a whole batch of {count} records in {span} bytes at {pos} past offset {}",
+                    self.next
+                );
                 let skip = (self.pos - self.buf_at) as usize + BATCH_HEADER_LEN;
                 self.digest.update(&self.buf[skip..skip + records_len as usize]);
                 self.last = Some((crc, records_len));
@@ -218,6 +232,16 @@ impl SegCheck {
             Some(ix) if self.phase == Phase::Batches && self.bi + 1 < ix.batches.len() => {
                 self.bi += 1;
                 let l = ix.batches.get(self.first, self.bi);
+                // The index file's batches ascend (checked when it is read): no going back.
+                assert!(
+                    l.pos > self.pos && l.first_offset >= self.expected,
+                    "scrub: index batch {} at byte {} offset {} after byte {} offset {}",
+                    self.bi,
+                    l.pos,
+                    l.first_offset,
+                    self.pos,
+                    self.expected
+                );
                 self.pos = l.pos;
                 self.expected = l.first_offset;
             }
@@ -232,6 +256,7 @@ impl SegCheck {
 
     /// Every batch is read: what the index says of them as a whole, then the tail.
     fn end_of_batches(&mut self) {
+        assert!(self.phase == Phase::Batches, "scrub: the batches ended twice");
         let (pos, first, next) = (self.pos, self.first, self.next);
         let mut wrong = Vec::new();
         if let Some(ix) = self.idx.as_ref().filter(|_| self.whole) {
@@ -259,6 +284,7 @@ impl SegCheck {
 
     /// Zeros after the last batch, as the boot scan requires of a full segment.
     fn step_tail(&mut self, eof: bool) -> bool {
+        debug_assert!(self.phase == Phase::Tail, "scrub: the tail checked in phase {:?}", self.phase);
         let a = self.here();
         if let Some(i) = a.iter().position(|b| *b != 0) {
             let at = self.pos + i as u64;

@@ -38,6 +38,7 @@ pub async fn run(shard: Rc<Shard>, bytes_per_s: u64) {
             return;
         }
         let segs = shard.log().segment_paths();
+        assert!(segs.windows(2).all(|w| w[0].0 < w[1].0), "scrub: the log's segments must ascend by first offset");
         let mut checked = 0;
         for w in segs.windows(2) {
             let ((first, path), next) = (&w[0], w[1].0);
@@ -84,6 +85,8 @@ enum Outcome {
 /// Checks one sealed segment: what it holds is reported only when, after its last read,
 /// the log still holds it as a sealed segment and its file is the one that was read.
 async fn scrub_segment(shard: &Rc<Shard>, pacer: &mut Pacer, first: u64, path: &Path, next: u64) -> Outcome {
+    // Each segment file is named by its first offset: two cannot share one.
+    assert!(first < next, "scrub: segment {first} followed by one at {next}");
     let log = shard.log();
     let sealed = || {
         let segs = log.segment_paths();
@@ -124,6 +127,7 @@ async fn scrub_segment(shard: &Rc<Shard>, pacer: &mut Pacer, first: u64, path: &
         }
         match read(&file, path, pos).await {
             Ok(bytes) => {
+                assert!(bytes.len() <= CHUNK, "scrub: a read of {} bytes, at most {CHUNK} asked", bytes.len());
                 shard.metrics().scrub_bytes.increment(bytes.len() as u64);
                 check.feed(&bytes);
                 pos += bytes.len() as u64;

@@ -47,12 +47,24 @@ impl Entry {
             return Vec::new();
         }
         let n = (32 - self.runs.leading_zeros()) as usize; // levels 0..=log2(runs)
-        (0..n).filter_map(|j| self.level(j)).collect()
+        let ptrs: Vec<RunRef> = (0..n).filter_map(|j| self.level(j)).collect();
+        debug_assert!(
+            ptrs.windows(2).all(|w| w[0].first_version >= w[1].first_version),
+            "skip pointers from the newest run down: {ptrs:?}"
+        );
+        ptrs
     }
 
     /// Takes a new sealed run as the newest (its number is `self.runs`).
     pub(super) fn push_run(&mut self, r: RunRef) {
         let n = self.runs;
+        // Runs come in version order: every newer run starts above the newest held.
+        assert!(
+            self.levels.first().is_none_or(|l| l.first_version < r.first_version),
+            "run {n} from version {} after a run from version {}",
+            r.first_version,
+            self.levels[0].first_version
+        );
         if n == 0 {
             self.first = Some(r);
             self.levels = vec![r];
@@ -114,6 +126,7 @@ pub struct Located {
 impl Located {
     /// Version of the first event in the last segment.
     pub fn active_from(&self) -> u64 {
+        debug_assert!(self.active.len() as u64 <= self.next, "more events in memory than versions");
         self.next - self.active.len() as u64
     }
 

@@ -76,6 +76,7 @@ impl Streams {
             .filter(|h| h.1 > 0)
             .collect();
         v.sort();
+        debug_assert!(v.windows(2).all(|w| w[0].0 != w[1].0), "a stream twice among the heads");
         v
     }
 }

@@ -114,6 +114,7 @@ impl Streams {
             self.name_bytes += name.len();
             self.level_slots += e.levels.capacity();
             self.map.insert(name.into(), e);
+            debug_assert!(self.base.find(name).is_none(), "stream {name:?}: in the map and still live in the base");
         }
     }
 
@@ -144,6 +145,7 @@ impl Streams {
         }
         let e = self.map.get_mut(name).expect("inserted above");
         e.next += 1;
+        debug_assert!(e.active.len() as u64 <= e.next, "stream {name:?}: more events in memory than versions");
         if !self.versions_only {
             assert!(offset >= self.active_from, "stream {name:?}: event at {offset} below the last segment");
             assert!(e.active.last().is_none_or(|&l| l < offset), "stream {name:?}: offsets must grow");
@@ -162,6 +164,7 @@ impl Streams {
         let mut names = 0;
         self.map.retain(|name, e| {
             let keep = e.active.partition_point(|&o| o < from);
+            assert!(e.active.len() as u64 <= e.next, "stream {name:?}: more events in memory than versions");
             e.next -= (e.active.len() - keep) as u64;
             e.active.truncate(keep);
             // A stream of the checkpoint has events below it, so never goes: the
@@ -172,6 +175,7 @@ impl Streams {
             }
             !gone
         });
+        assert!(names <= self.name_bytes, "streams: {names} bytes of names forgotten of {}", self.name_bytes);
         self.name_bytes -= names;
         self.recount();
     }
@@ -188,12 +192,9 @@ impl Streams {
 
     /// What a read of `name` needs (None: no such stream).
     pub fn locate(&self, name: &str) -> Option<Located> {
-        let at = |e: &Entry| Located {
-            next: e.next,
-            active: e.active.clone(),
-            first: e.first,
-            levels: e.levels.clone(),
-            runs: e.runs,
+        let at = |e: &Entry| {
+            debug_assert!(e.active.len() as u64 <= e.next, "stream {name:?}: more events in memory than versions");
+            Located { next: e.next, active: e.active.clone(), first: e.first, levels: e.levels.clone(), runs: e.runs }
         };
         match self.map.get(name) {
             Some(e) => Some(at(e)),
@@ -212,6 +213,11 @@ impl Streams {
             return;
         }
         self.touch(name);
+        // Only a start restores, before any event of the last segment is noted.
+        debug_assert!(
+            self.map.get(name).is_none_or(|e| e.active.is_empty()),
+            "stream {name:?}: restored over events in memory"
+        );
         if self.map.insert(name.into(), Entry { next, ..Entry::default() }).is_none() {
             self.name_bytes += name.len();
         }

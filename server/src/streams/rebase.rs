@@ -56,6 +56,7 @@ impl Streams {
                 self.base.shadow(i);
             }
         }
+        debug_assert!(self.map.keys().all(|n| self.base.find(n).is_none()), "a stream live in the map and the base");
         self.name_bytes = self.map.keys().map(|n| n.len()).sum();
         self.map.shrink_to_fit();
         self.recount();

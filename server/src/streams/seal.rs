@@ -13,13 +13,24 @@ impl Streams {
     /// their bytes) for the file. Events at or above `next` (staged for the next segment)
     /// stay. Visits every stream with events in memory.
     pub fn seal(&mut self, seg: u64, next: u64) -> (u32, Vec<u8>) {
-        assert!(seg >= self.active_from && next >= seg);
+        assert!(
+            seg >= self.active_from && next >= seg,
+            "streams: sealing segment {seg}..{next} with the last segment from {}",
+            self.active_from
+        );
         let (mut runs, mut out) = (0u32, Vec::new());
         for (name, e) in self.map.iter_mut() {
             let n = e.active.partition_point(|&o| o < next);
             if n == 0 {
                 continue;
             }
+            // Offsets relative to the segment are u32 in the index file.
+            assert!(
+                e.active[0] >= seg && e.active[n - 1] - seg <= u64::from(u32::MAX),
+                "stream {name:?}: events {}..={} outside the sealed segment {seg}..{next}",
+                e.active[0],
+                e.active[n - 1]
+            );
             let first_version = e.next - e.active.len() as u64;
             let rels: Vec<u32> = e.active[..n].iter().map(|&o| (o - seg) as u32).collect();
             let pos = segidx::RUNS_AT + out.len();
@@ -67,6 +78,7 @@ impl Streams {
             }
             e.next = r.first_version + r.count as u64;
             e.push_run(RunRef { seg, pos: *pos, first_version: r.first_version });
+            debug_assert_eq!(e.runs, r.run + 1, "stream {:?}: run numbers contiguous", r.name);
         }
         self.recount();
         Ok(())
