@@ -112,7 +112,7 @@ fn check_batch(a: &[u8], at: &Place<'_>) -> Result<Verdict, String> {
     }
     // The scan that follows moves by `span`: it must pass this batch and land on a block.
     assert!(
-        span % BLOCK == 0 && span >= (BATCH_HEADER_LEN + h.records_len as usize) as u64,
+        span.is_multiple_of(BLOCK) && span >= (BATCH_HEADER_LEN + h.records_len as usize) as u64,
         "scrub: a batch of {} bytes of records spans {span} bytes",
         h.records_len
     );
