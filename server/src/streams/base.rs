@@ -15,7 +15,7 @@
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
 
-use super::{decode_entry, Entry};
+use super::entry::{decode_entry, Entry};
 use crate::le::Reader;
 
 #[derive(Default)]
@@ -53,14 +53,19 @@ impl Base {
             decode_entry(r, active_from, false)?;
         }
         pos.push((origin + all.len() - r.rest()) as u32);
+        debug_assert!(pos.windows(2).all(|w| w[0] < w[1]), "stream heads: entries not back to back");
         Ok(pos)
     }
 
     /// The table over the entries `walk` found, in `bytes` (kept as they are: the buffer
     /// the checkpoint was read into). Refuses a name that comes twice.
     pub(super) fn build(bytes: Vec<u8>, pos: Vec<u32>) -> Result<Base, String> {
+        assert!(
+            pos.last().is_some_and(|&e| e as usize <= bytes.len()),
+            "stream heads end past the {} bytes kept",
+            bytes.len()
+        );
         let n = pos.len() - 1;
-        assert!(pos.last().is_some_and(|&e| e as usize <= bytes.len()));
         let mut b = Base {
             bytes,
             pos,
@@ -147,6 +152,7 @@ impl Base {
     /// The next version of entry `i`, read in place.
     pub(super) fn next(&self, i: usize) -> u64 {
         let b = self.entry_bytes(i);
+        debug_assert!(b.len() >= 1 + b[0] as usize + 8, "stream head {i}: {} bytes", b.len());
         let at = 1 + b[0] as usize;
         u64::from_le_bytes(b[at..at + 8].try_into().expect("checked at decode"))
     }
@@ -157,7 +163,7 @@ impl Base {
 
     /// Entry `i` moved into the map.
     pub(super) fn shadow(&mut self, i: usize) {
-        assert!(!self.is_shadowed(i));
+        assert!(!self.is_shadowed(i), "stream head {i} shadowed twice");
         self.shadowed[i / 64] |= 1 << (i % 64);
         self.n_shadowed += 1;
     }
@@ -186,7 +192,7 @@ impl Base {
     /// how many.
     pub(super) fn copy_live(&self, out: &mut Vec<u8>) -> u64 {
         let n = self.pos.len().saturating_sub(1);
-        let mut i = 0;
+        let (mut i, mut copied) = (0, 0);
         // (Entries are back to back: a run of them is one slice.)
         while i < n {
             if self.is_shadowed(i) {
@@ -198,7 +204,9 @@ impl Base {
                 i += 1;
             }
             out.extend_from_slice(&self.bytes[self.pos[from] as usize..self.pos[i] as usize]);
+            copied += i - from;
         }
+        assert_eq!(copied, self.live(), "stream heads: the shadowed count disagrees with the bits");
         self.live() as u64
     }
 
