@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """house.py: measures the structure of corelog's own code (Python standard library only).
 
-Per crate (server/src, client/src, loadgen/src, benches/src, the Python package
+Per crate (server/src, client/src, runtime/src, history/src, loadgen/src, benches/src, the Python package
 client/python/src/corelog; tests left out), one module = one file:
   circles     groups of modules that import each other (strongly connected components),
               each shown as one cycle `a -> b -> a` with the file:line of every arrow,
@@ -86,6 +86,11 @@ LAYERS = {
     # 2 a run's results; 3 tables and plots; 4 a sweep of runs; 5 the command line
     "loadgen": {"crate": 0, "procstat": 0, "scrape": 0, "run": 1, "merge": 2, "result": 2,
                 "report": 3, "svg": 3, "sweep": 4, "main": 5},
+    # runtime: 0 wake-ups, CPUs, open files, the watchdog; 1 kernel TLS; 2 TLS I/O over it
+    "runtime": {"crate": 0, "sync": 0, "cpus": 0, "fds": 0, "watchdog": 0, "ktls": 1, "tls_io": 2},
+    # history: 0 lib.rs (re-exports); 1 the recorded run; 2 reading a log back; 3 the
+    # checker; 4 Porcupine
+    "history": {"run": 1, "readback": 2, "check": 3, "porcupine": 4, "crate": 5},
     # benches: 0 helpers shared by the benchmark binaries; 1 the binaries
     "benches": {"crate": 0, "pair_wire": 0, "bin": 1},
     # Python: 0 the wire format; 1 exceptions; 2 public value types; 3 who leads; 4 one
@@ -97,7 +102,7 @@ LAYERS = {
                       "corelog.aio": 8, "corelog.sync": 9, "corelog.__init__": 10},
 }
 
-RUST_CRATES = ["server", "client", "loadgen", "benches"]
+RUST_CRATES = ["server", "client", "runtime", "history", "loadgen", "benches"]
 PY_PACKAGE = ("client/python", "client/python/src", "corelog")  # (crate, sys.path dir, package)
 
 

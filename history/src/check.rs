@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use corelog_client::Position;
 
-use crate::*;
+use crate::readback::Logs;
+use crate::run::{History, Op, OpResult};
 
 /// A stretch without acknowledgements.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

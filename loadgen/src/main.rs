@@ -217,7 +217,7 @@ fn main() {
     let cli = Cli::parse();
     // Each connection is a file descriptor; a stock shell's soft limit is 1,024 (children
     // of `sweep` inherit the raised one).
-    let _ = corelog_server::net::fds::raise();
+    let _ = corelog_runtime::fds::raise();
     let r = match cli.cmd {
         Cmd::Run(a) => run_step(a),
         Cmd::Sweep(a) => run_sweep(a),
@@ -235,8 +235,8 @@ fn main() {
 /// Refuses a run whose connections cannot all be open at once under this process's
 /// open-file limit (already raised to the hard one), saying what to change.
 fn check_open_files(connections: usize) -> Result<(), String> {
-    let l = corelog_server::net::fds::raise();
-    let need = connections + corelog_server::net::fds::PROCESS_FDS;
+    let l = corelog_runtime::fds::raise();
+    let need = connections + corelog_runtime::fds::PROCESS_FDS;
     if need as u64 > l.soft {
         return Err(format!(
             "--connections {connections} needs about {need} open files, but this process may open {} (hard limit {}): raise the hard limit (`ulimit -n`), or spread the connections over several processes (`sweep --max-conns-per-process`)",

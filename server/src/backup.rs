@@ -130,7 +130,7 @@ pub fn run(
         ));
     }
     crate::wal::probe::check_direct_io(to)?;
-    crate::net::fds::raise();
+    corelog_runtime::fds::raise();
     let started = Instant::now();
     // Each shard's reader keeps to its share of the rate (bytes per second; 0: none).
     let rate = max_mb_s * 1e6 / shards as f64;

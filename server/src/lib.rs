@@ -18,7 +18,6 @@ pub mod cli;
 pub mod config;
 pub mod control;
 pub mod coord;
-pub mod cpus;
 pub mod hist;
 pub mod index;
 pub mod inspect;
@@ -38,9 +37,11 @@ pub mod shutdown;
 pub mod snapshot;
 pub mod streamread;
 pub mod streams;
-pub mod sync;
 pub mod wal;
-pub mod watchdog;
+
+// The runtime pieces (TLS I/O, kTLS, wake-ups, the watchdog, CPUs, open files) are
+// their own crate, shared with the load generator; re-exported under their old paths.
+pub use corelog_runtime::{cpus, sync, watchdog};
 pub mod workload;
 
 /// Stops the process on an unrecoverable error (fsync/write failure, corruption found

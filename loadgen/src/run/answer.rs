@@ -6,8 +6,8 @@ use std::time::Instant;
 
 use corelog_client::codec::{decode_frame, ErrorCode, Hint, Leadership, Request, Response, Role, PROTOCOL_VERSION};
 use corelog_client::leadership::{Seen, PROBE_ID};
-use corelog_server::net::tls_io::Reader;
-use corelog_server::watchdog::Watchdog;
+use corelog_runtime::tls_io::Reader;
+use corelog_runtime::watchdog::Watchdog;
 
 use super::link::Link;
 use super::RunConfig;

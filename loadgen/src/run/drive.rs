@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use corelog_client::codec::{self, ErrorCode, Hint, Role};
 use corelog_client::leadership::{Seen, Target};
-use corelog_server::watchdog::Watchdog;
+use corelog_runtime::watchdog::Watchdog;
 use hdrhistogram::Histogram;
 
 use super::answer::{answer, Answer, NoAnswer};

@@ -11,7 +11,7 @@ use corelog_client::codec::{
     PROTOCOL_VERSION,
 };
 use corelog_client::leadership::Seen;
-use corelog_server::net::tls_io::{self, Reader, Writer};
+use corelog_runtime::tls_io::{self, Reader, Writer};
 use glommio::net::TcpStream;
 
 use super::RunConfig;

@@ -88,7 +88,7 @@ pub struct RunConfig {
     pub source_ips: u8,
     /// Source addresses are 127.0.0.(source_ip_base + i % source_ips).
     pub source_ip_base: u8,
-    /// Executor k is pinned to the ((first_cpu + k) mod n)-th of the process's n allowed CPUs ([`corelog_server::cpus`]); None: not pinned.
+    /// Executor k is pinned to the ((first_cpu + k) mod n)-th of the process's n allowed CPUs ([`corelog_runtime::cpus`]); None: not pinned.
     pub first_cpu: Option<usize>,
     pub timeout: Duration,
     pub connect_deadline: Duration,
@@ -155,7 +155,7 @@ pub fn run(cfg: RunConfig) -> Result<Outcome, String> {
         connect_failures: AtomicU64::new(0),
     });
     assert!(!cfg.targets.is_empty(), "at least one target");
-    let cpus = corelog_server::cpus::allowed();
+    let cpus = corelog_runtime::cpus::allowed();
     let began = Instant::now();
     let mut joins = Vec::new();
     for core in 0..cfg.cores {
@@ -163,7 +163,7 @@ pub fn run(cfg: RunConfig) -> Result<Outcome, String> {
         let share = cfg.connections / cfg.cores + usize::from(core < cfg.connections % cfg.cores);
         let first = core * (cfg.connections / cfg.cores) + core.min(cfg.connections % cfg.cores);
         let placement = match cfg.first_cpu {
-            Some(f) => Placement::Fixed(corelog_server::cpus::pick(&cpus, f + core)),
+            Some(f) => Placement::Fixed(corelog_runtime::cpus::pick(&cpus, f + core)),
             None => Placement::Unbound,
         };
         let h = LocalExecutorBuilder::new(placement)

@@ -2,11 +2,10 @@
 //! kernel TLS after the handshake where the kernel has the `tls` ULP).
 
 pub mod conn;
-pub mod fds;
-pub mod ktls;
 pub mod listener;
 pub mod outbox;
 pub mod peer;
 pub mod reload;
 pub mod tls;
-pub mod tls_io;
+
+pub use corelog_runtime::{fds, ktls, tls_io};

@@ -11,9 +11,9 @@ use std::cell::{Cell, RefCell};
 
 use corelog_client::codec::{self, ErrorCode};
 
-use super::tls_io::Writer;
 use crate::shard::{AckForm, Answer, Outcome};
-use crate::sync::{take, Event};
+use corelog_runtime::sync::{take, Event};
+use corelog_runtime::tls_io::Writer;
 
 /// Encoded responses buffered for one connection before producers wait (tails, reads).
 pub const MAX_OUT_BYTES: usize = 2 * 1024 * 1024;

@@ -25,11 +25,12 @@ use crate::control;
 use crate::coord::cell::ControlCell;
 use crate::coord::{CoordConfig, Coordinator};
 use crate::metrics::{self, ShardMetrics};
-use crate::net::{fds, listener, tls};
+use crate::net::{listener, tls};
 use crate::replica::{follower, leader};
 use crate::shard::retention;
 use crate::shard::{Shard, ShardConfig};
 use crate::wal::{self, recovery};
+use corelog_runtime::fds;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum NodeRole {
@@ -175,7 +176,7 @@ pub fn serve(mut cfg: ServeConfig) -> Result<(), String> {
     }
     let _ = go_tx.send(true);
     ctl.set_started(); // /health answers 200 from here on
-    let tls_mode = match (&cfg.tls, crate::net::ktls::available()) {
+    let tls_mode = match (&cfg.tls, corelog_runtime::ktls::available()) {
         (Some(_), true) => READY_MODES[0],
         (Some(_), false) => READY_MODES[1],
         (None, _) => READY_MODES[2],
@@ -301,7 +302,7 @@ impl Tls {
         }
         if self.client.is_some() || self.repl_server.is_some() {
             // Probed once here (a throwaway loopback socket per cipher), before any shard.
-            log::info!("{}", crate::net::ktls::status_line());
+            log::info!("{}", corelog_runtime::ktls::status_line());
         }
     }
 }
@@ -317,7 +318,7 @@ fn spawn_shards(
     cap: Arc<listener::ConnCap>,
     (ready, go): (Ready, tokio::sync::watch::Receiver<bool>),
 ) -> Result<Vec<glommio::ExecutorJoinHandle<()>>, String> {
-    let cpus = crate::cpus::allowed();
+    let cpus = corelog_runtime::cpus::allowed();
     let mut joins = Vec::new();
     for (slot, &id) in cfg.shards.iter().enumerate() {
         let cfg = cfg.clone();
@@ -326,7 +327,7 @@ fn spawn_shards(
         let (client_tls, repl_server, repl_client) =
             (tls.client.clone(), tls.repl_server.clone(), tls.repl_client.clone());
         let cap = cap.clone();
-        let ex = LocalExecutorBuilder::new(Placement::Fixed(crate::cpus::pick(&cpus, id as usize)))
+        let ex = LocalExecutorBuilder::new(Placement::Fixed(corelog_runtime::cpus::pick(&cpus, id as usize)))
             .name(&format!("shard-{id}"))
             .io_memory(cfg.io_memory)
             // Thousands of armed polls per executor: a deep ring keeps io_uring's

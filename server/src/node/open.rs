@@ -96,7 +96,7 @@ pub async fn open_shard(place: Place, cfg: &ServeConfig) -> Result<(Rc<Shard>, S
     };
     let metrics = ShardMetrics::new(id);
     let any_tls = cfg.tls.is_some() || cfg.repl_tls.is_some();
-    metrics.ktls_active.set(if any_tls && crate::net::ktls::available() { 1.0 } else { 0.0 });
+    metrics.ktls_active.set(if any_tls && corelog_runtime::ktls::available() { 1.0 } else { 0.0 });
     let (records, segments, how) = (booted.records(), booted.segments(), booted.how());
     let shard = Shard::new(shard_config(&place, cfg), log, role, epoch, commit_floor, booted.index, metrics);
     shard.release(); // publish the recovered offsets

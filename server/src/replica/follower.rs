@@ -15,11 +15,11 @@ use glommio::net::{TcpListener, TcpStream};
 use super::{catchup, handshake, next_frame, parse, seed};
 use crate::control;
 use crate::net::tls;
-use crate::net::tls_io::{self, Writer};
 use crate::shard::Shard;
-use crate::sync::deadline;
 use crate::wal::batch::{MAX_BATCH_BYTES, MAX_BATCH_RECORDS};
-use crate::watchdog::Watchdog;
+use corelog_runtime::sync::deadline;
+use corelog_runtime::tls_io::{self, Writer};
+use corelog_runtime::watchdog::Watchdog;
 
 pub async fn accept_loop(shard: Rc<Shard>, listener: TcpListener, tls_cfg: tls::ServerTls, shard_dir: PathBuf) {
     let generation = Rc::new(Cell::new(0u64));

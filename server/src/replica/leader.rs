@@ -16,10 +16,10 @@ use glommio::net::TcpStream;
 use super::catchup::CatchUp;
 use super::{handshake, next_frame, parse};
 use crate::net::tls;
-use crate::net::tls_io::{self, Writer};
 use crate::shard::Shard;
-use crate::sync::deadline;
-use crate::watchdog::Watchdog;
+use corelog_runtime::sync::deadline;
+use corelog_runtime::tls_io::{self, Writer};
+use corelog_runtime::watchdog::Watchdog;
 
 /// Bytes per catch-up read from the segments.
 const CATCH_UP_CHUNK: usize = 1024 * 1024;
@@ -210,12 +210,12 @@ async fn follower_hello(
             }
             Ok((next_offset, last_epoch))
         }
-        Repl::Error { code, message } if code == ErrorCode::Fenced as u16 => return Err(fence(shard, message)),
+        Repl::Error { code, message } if code == ErrorCode::Fenced as u16 => Err(fence(shard, message)),
         Repl::Error { code, message } if code == ErrorCode::Diverged as u16 && message.starts_with("LOST WRITES") => {
-            return Err(lost_writes(shard, cfg, message));
+            Err(lost_writes(shard, cfg, message))
         }
-        Repl::Error { code, message } => return Err(format!("follower refused: {code} {message}")),
-        _ => return Err("unexpected frame from follower during handshake".into()),
+        Repl::Error { code, message } => Err(format!("follower refused: {code} {message}")),
+        _ => Err("unexpected frame from follower during handshake".into()),
     }
 }
 
@@ -247,7 +247,7 @@ async fn joined(
             }
             Ok(next_offset)
         }
-        other => return Err(format!("expected Joined ≤ {truncate_to} after Welcome, got {other:?}")),
+        other => Err(format!("expected Joined ≤ {truncate_to} after Welcome, got {other:?}")),
     }
 }
 

@@ -19,7 +19,7 @@ pub mod seed;
 
 use corelog_client::codec::{decode_frame, CodecError, Frame, Repl};
 
-use crate::net::tls_io::Reader;
+use corelog_runtime::tls_io::Reader;
 
 /// Reads the next replication frame; `Ok(None)` at a clean end of stream.
 pub async fn next_frame<'a>(rd: &'a mut Reader, consumed: &mut usize) -> Result<Option<Frame<'a>>, String> {

@@ -19,10 +19,10 @@ use std::rc::Rc;
 use corelog_client::codec::{Repl, MAX_REPL_BATCH_BYTES};
 
 use super::{next_frame, parse};
-use crate::net::tls_io::{Reader, Writer};
 use crate::shard::Shard;
 use crate::snapshot;
 use crate::wal::recovery::{segment_name, sync_dir};
+use corelog_runtime::tls_io::{Reader, Writer};
 
 /// The largest index snapshot a follower takes (about 30 M streams).
 pub const MAX_SEED_BYTES: u64 = 1 << 30;
@@ -44,7 +44,7 @@ pub async fn send(shard: &Shard, wr: &mut Writer, first: u64) -> Result<u64, Str
         out.clear();
         Repl::Seed { first_offset: first, total: t, at, bytes: &bytes }.encode(&mut out);
         // A follower that stops reading cannot hold the link for longer than this.
-        crate::sync::deadline(std::time::Instant::now() + shard.cfg().repl_timeout, wr.write(&out))
+        corelog_runtime::sync::deadline(std::time::Instant::now() + shard.cfg().repl_timeout, wr.write(&out))
             .await
             .ok_or_else(|| format!("the follower took no piece of the snapshot for {:?}", shard.cfg().repl_timeout))?
             .map_err(|e| format!("sending the index snapshot: {e}"))?;

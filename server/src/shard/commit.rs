@@ -12,7 +12,7 @@ use corelog_client::record;
 use super::append::{DupWaiter, Staged, Waiter};
 use super::{AckForm, Outcome, Shard};
 use crate::replica::recent::{self, Recent};
-use crate::sync::take;
+use corelog_runtime::sync::take;
 
 /// A batch durable here (and shipped), waiting for the follower.
 pub(super) struct Unacked {

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use corelog_client::codec::Role;
 
 use super::{Shard, NEAR_RECORDS};
-use crate::sync::take;
+use corelog_runtime::sync::take;
 
 impl Shard {
     /// Periodic deadline check and control-plane sync (every 20 ms).

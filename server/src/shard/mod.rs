@@ -34,8 +34,8 @@ use crate::index::LogIndex;
 use crate::metrics::ShardMetrics;
 use crate::producers::Producers;
 use crate::replica::recent::RecentRing;
-use crate::sync::{Event, EventWait};
 use crate::wal::Log;
+use corelog_runtime::sync::{Event, EventWait};
 
 mod append;
 mod commit;

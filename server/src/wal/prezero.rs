@@ -22,7 +22,7 @@ use std::rc::Rc;
 
 use glommio::io::DmaFile;
 
-use crate::sync::Event;
+use corelog_runtime::sync::Event;
 
 /// Bytes zeroed by one fill.
 pub const CHUNK: u64 = 1024 * 1024;

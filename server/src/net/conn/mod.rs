@@ -18,11 +18,11 @@ use corelog_client::record::check_stream_name;
 use glommio::net::TcpStream;
 
 use super::outbox::Outbox;
-use super::tls_io;
 use crate::access::Access;
 use crate::authz::{Op, Resource};
 use crate::shard::{AckForm, Answer, AppendReq, Refused, Shard, Taken};
-use crate::sync::deadline;
+use corelog_runtime::sync::deadline;
+use corelog_runtime::tls_io;
 
 mod push;
 mod reads;

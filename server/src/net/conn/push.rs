@@ -8,13 +8,13 @@ use std::rc::Rc;
 use corelog_client::codec::{ErrorCode, Response, StreamReq};
 
 use super::super::outbox::Outbox;
-use super::super::tls_io;
 use super::reads::stream_offsets;
 use super::{check_stream, push_out_of_range, resource, Fail};
 use crate::access::Access;
 use crate::authz::Op;
 use crate::shard::{Refused, Shard};
 use crate::streamread::Found;
+use corelog_runtime::tls_io;
 
 /// How often a running `Tail` or `Subscribe` is checked against the policy.
 pub(super) const RECHECK: std::time::Duration = std::time::Duration::from_secs(1);
@@ -107,7 +107,7 @@ pub(super) async fn push_until_closed(
         Some(Filter::Prefix(prefix)) => Some((true, prefix.clone())),
     };
     let stop = Rc::new(Cell::new(false));
-    let ended = Rc::new(crate::sync::Event::default());
+    let ended = Rc::new(corelog_runtime::sync::Event::default());
     let done = Rc::new(Cell::new(false));
     let t = {
         let (shard, out, stop, ended, done) = (shard.clone(), out.clone(), stop.clone(), ended.clone(), done.clone());
