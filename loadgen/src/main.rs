@@ -51,7 +51,7 @@ struct Common {
     /// Give up connecting after this long.
     #[arg(long, default_value = "120s", value_parser = parse_duration)]
     connect_deadline: Duration,
-    /// io_uring depth per ring (sizes the kernel's cancel hash table; see run.rs).
+    /// io_uring depth per ring (sizes the kernel's cancel hash table; see run/).
     #[arg(long, default_value_t = 4096)]
     ring_depth: usize,
     /// Idempotent appends (`Append2` with a producer id per connection and a sequence per

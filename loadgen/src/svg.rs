@@ -31,6 +31,17 @@ fn nice_ceil(v: f64) -> f64 {
     10.0 * p
 }
 
+/// The latency axis's bottom and top decades (ms) for latencies `lat` (all above zero):
+/// at least one decade; 1 to 10 ms when there are none (a sweep whose every step failed).
+fn latency_decades(lat: &[f64]) -> (f64, f64) {
+    let lo = lat.iter().cloned().fold(f64::INFINITY, f64::min);
+    let lo = if lo.is_finite() { lo.max(0.01) } else { 1.0 };
+    let lmin = 10f64.powf(lo.log10().floor());
+    let lmax = 10f64.powf(lat.iter().cloned().fold(0.0, f64::max).max(lmin * 10.0).log10().ceil());
+    assert!(lmin.is_finite() && lmax > lmin, "the latency axis spans whole decades");
+    (lmin, lmax)
+}
+
 pub fn plot(r: &SweepReport) -> String {
     let sc = Scales::of(r);
     let mut s = String::new();
@@ -82,8 +93,7 @@ impl Scales {
             .flat_map(|s| [s.p50_us as f64 / 1000.0, s.p99_us as f64 / 1000.0])
             .filter(|v| *v > 0.0)
             .collect();
-        let lmin = 10f64.powf(lat.iter().cloned().fold(f64::INFINITY, f64::min).max(0.01).log10().floor());
-        let lmax = 10f64.powf(lat.iter().cloned().fold(0.0, f64::max).max(lmin * 10.0).log10().ceil());
+        let (lmin, lmax) = latency_decades(&lat);
         Scales { pw: W - LEFT - RIGHT, ph: H - TOP - BOTTOM, xs, lx0: lx0 - pad, lx1: lx1 + pad, tmax, lmin, lmax }
     }
 
@@ -222,5 +232,14 @@ mod tests {
         assert_eq!(super::nice_ceil(31_000.0), 50_000.0);
         assert_eq!(super::nice_ceil(19_000.0), 20_000.0);
         assert_eq!(super::nice_ceil(0.0), 1.0);
+    }
+
+    /// No latency above zero (every step failed) still gives a finite axis: the tick
+    /// loop over its decades ends.
+    #[test]
+    fn latency_axis_without_latencies() {
+        assert_eq!(super::latency_decades(&[]), (1.0, 10.0));
+        let (lo, hi) = super::latency_decades(&[0.3, 42.0]);
+        assert!((lo - 0.1).abs() < 1e-12 && (hi - 100.0).abs() < 1e-9, "{lo} {hi}");
     }
 }

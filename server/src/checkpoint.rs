@@ -3,7 +3,7 @@
 //!
 //! `checkpoint-<offset:020>.ckpt` in the shard directory is written each time the
 //! writer seals a segment and starts the next at `offset` (leader and follower alike):
-//! every stream's next version, run count and skip pointers (`streams.rs`), every
+//! every stream's next version, run count and skip pointers (`streams/`), every
 //! idempotent producer's window, and the epoch history below `offset`. The stream events
 //! of the sealed segments are in their index files (`wal::segidx`); the records from
 //! `offset` on are scanned at start. Written as

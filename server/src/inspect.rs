@@ -58,56 +58,7 @@ pub fn run(data_dir: &Path) -> i32 {
             code = 2;
         }
         match scanned {
-            Ok(s) => {
-                let last = if s.records > 0 { format!("{}", s.next_offset - 1) } else { "-".into() };
-                let epoch = control::read_epoch(&dir).map(|e| e.to_string()).unwrap_or_else(|e| e);
-                let digest = match digest(&s) {
-                    Ok(d) => format!("{d:016x}"),
-                    Err(e) => {
-                        code = 2;
-                        e
-                    }
-                };
-                println!(
-                    "shard {id}: records {} first {} last {last} next {} segments {} epoch {epoch} digest {digest}",
-                    s.records,
-                    s.first_offset(),
-                    s.next_offset,
-                    s.segments.len()
-                );
-                for line in derived.check(&s) {
-                    println!("shard {id}: {line}");
-                    if line.starts_with("INDEX MISMATCH") {
-                        code = 2;
-                    }
-                }
-                match control::read_repair_mark(&dir) {
-                    Ok(Some(m)) => {
-                        println!("shard {id}: NEEDS REPAIR: may lack acknowledged records from offset {m} (it follows until caught up with a leader)");
-                        code = 2;
-                    }
-                    Ok(None) => {}
-                    Err(e) => {
-                        println!("shard {id}: ERROR: {e}");
-                        code = 2;
-                    }
-                }
-                if let Some(d) = &s.damage {
-                    println!(
-                        "shard {id}: DAMAGED: {d}; it may have been acknowledged: a follower fetches it again from its leader, a leader or standalone node refuses to start (docs/operations.md, Storage faults)"
-                    );
-                    code = 2;
-                } else if let Some(t) = &s.torn {
-                    println!(
-                        "shard {id}: TORN TAIL in {} at byte {} ({} dirty bytes, {} empty segment(s)); the next start truncates it",
-                        t.segment.display(),
-                        t.pos,
-                        t.dirty_end - t.pos,
-                        t.empty_segments.len()
-                    );
-                    code = code.max(1);
-                }
-            }
+            Ok(s) => code = code.max(report_scan(id, &dir, &s, &mut derived)),
             Err(e @ ScanError::Corrupt { .. }) => {
                 println!("shard {id}: CORRUPT: {e}");
                 code = 2;
@@ -117,6 +68,62 @@ pub fn run(data_dir: &Path) -> i32 {
                 code = 2;
             }
         }
+    }
+    code
+}
+
+/// Prints one shard's scan: its records, epoch and digest, the derived state checked
+/// against the index files and checkpoints, and any mark, damage or torn tail. Returns
+/// the exit code it calls for (0 clean, 1 a torn tail the next start cuts, 2 damage).
+fn report_scan(id: u16, dir: &Path, s: &recovery::ShardScan, derived: &mut Derived) -> i32 {
+    let mut code = 0;
+    let last = if s.records > 0 { format!("{}", s.next_offset - 1) } else { "-".into() };
+    let epoch = control::read_epoch(dir).map(|e| e.to_string()).unwrap_or_else(|e| e);
+    let digest = match digest(s) {
+        Ok(d) => format!("{d:016x}"),
+        Err(e) => {
+            code = 2;
+            e
+        }
+    };
+    println!(
+        "shard {id}: records {} first {} last {last} next {} segments {} epoch {epoch} digest {digest}",
+        s.records,
+        s.first_offset(),
+        s.next_offset,
+        s.segments.len()
+    );
+    for line in derived.check(s) {
+        println!("shard {id}: {line}");
+        if line.starts_with("INDEX MISMATCH") {
+            code = 2;
+        }
+    }
+    match control::read_repair_mark(dir) {
+        Ok(Some(m)) => {
+            println!("shard {id}: NEEDS REPAIR: may lack acknowledged records from offset {m} (it follows until caught up with a leader)");
+            code = 2;
+        }
+        Ok(None) => {}
+        Err(e) => {
+            println!("shard {id}: ERROR: {e}");
+            code = 2;
+        }
+    }
+    if let Some(d) = &s.damage {
+        println!(
+            "shard {id}: DAMAGED: {d}; it may have been acknowledged: a follower fetches it again from its leader, a leader or standalone node refuses to start (docs/operations.md, Storage faults)"
+        );
+        code = 2;
+    } else if let Some(t) = &s.torn {
+        println!(
+            "shard {id}: TORN TAIL in {} at byte {} ({} dirty bytes, {} empty segment(s)); the next start truncates it",
+            t.segment.display(),
+            t.pos,
+            t.dirty_end - t.pos,
+            t.empty_segments.len()
+        );
+        code = code.max(1);
     }
     code
 }

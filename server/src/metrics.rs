@@ -50,7 +50,7 @@ pub struct ShardMetrics {
     pub trimmed_segments: Counter,
     pub checkpoints: Counter,
     pub checkpoint_errors: Counter,
-    /// Scrubbing (`scrub.rs`): bytes of sealed segments re-read, rounds over all of them,
+    /// Scrubbing (`scrub/`): bytes of sealed segments re-read, rounds over all of them,
     /// damaged spots found (each once), and 1 while damage is known.
     pub scrub_bytes: Counter,
     pub scrub_passes: Counter,
@@ -162,7 +162,7 @@ pub fn set_lease_lapsed(lapsed: bool) {
     gauge!("corelog_lease_lapsed").set(if lapsed { 1.0 } else { 0.0 });
 }
 
-/// Shards of this process whose scrubber knows of damage (`scrub.rs`). Shown on `/health`
+/// Shards of this process whose scrubber knows of damage (`scrub/`). Shown on `/health`
 /// as `scrub=damaged` while any does: the node still serves (200), an operator must act.
 static SCRUB_DAMAGED: AtomicUsize = AtomicUsize::new(0);
 

@@ -1,5 +1,5 @@
 //! Reading a stream by version: the offsets of its events, from memory for the last
-//! segment and from the sealed segments' index files for the rest (`streams.rs` says how
+//! segment and from the sealed segments' index files for the rest (`streams/` says how
 //! the runs are kept). The run holding a version is found by walking the stream's skip
 //! pointers down from its newest run at each level: O(log runs) reads of run entries
 //! (each one 1 KiB read, cached by the page cache), then one read of its offsets.

@@ -85,7 +85,7 @@ fn leader_sigkill_under_load_fails_over_and_loses_nothing() {
 /// A follower that wins the term leads it in place (no restart, the epoch one above the
 /// old leader's), and a client connection greeted as the follower's is closed at that
 /// moment without an answer: clients count on a follower's connection never writing
-/// (`client.rs`, `failed_on`), so it must not carry a write after the take-over.
+/// (`client/`, `failed_on`), so it must not carry a write after the take-over.
 #[test]
 fn a_take_over_leads_in_place_and_closes_the_connections_greeted_as_a_followers() {
     use corelog_client::codec::{decode_frame, Request, Response, Role, PROTOCOL_VERSION};

@@ -1,4 +1,4 @@
-//! Scrubbing (`scrub.rs`) against real processes. A start trusts a sealed segment's index
+//! Scrubbing (`scrub/`) against real processes. A start trusts a sealed segment's index
 //! file and reads only its last batch, so a flipped byte in the middle of a sealed
 //! segment goes unnoticed by a start (checked here): the scrubber, re-reading sealed
 //! segments in the background, is what finds it — logged, counted, shown on `/health` —

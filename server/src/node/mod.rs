@@ -77,12 +77,12 @@ pub struct ServeConfig {
     pub max_producers: usize,
     /// Coordinator mode: the role comes from etcd (`role` is then ignored).
     pub coord: Option<CoordConfig>,
-    /// Which old segments each shard deletes (`retention.rs`).
+    /// Which old segments each shard deletes (`shard/retention.rs`).
     pub retain: crate::shard::retention::Policy,
     /// SIGTERM/SIGINT: how long the graceful shutdown may take (`shutdown.rs`).
     pub shutdown_timeout: Duration,
     /// MiB/s of sealed segments the node's shards re-read together to find damage
-    /// (`scrub.rs`); 0: off.
+    /// (`scrub/`); 0: off.
     pub scrub_mib_per_s: f64,
 }
 

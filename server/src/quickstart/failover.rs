@@ -215,23 +215,35 @@ pub fn run(a: Args) -> Result<(), String> {
         None => return Err("no acknowledgement by the new leader".into()),
     }
     println!("quickstart: {report}");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let got = read(&rt, &l, leader, &client)?;
-        if got == logs {
-            let n: usize = got.values().map(Vec::len).sum();
-            println!(
-                "quickstart: node {} rejoined as follower and holds the same {n} records, record for record",
-                IDS[leader]
-            );
-            break;
-        }
-        if Instant::now() >= deadline {
-            return Err(format!("node {}'s log differs from the leader's 60 s after the run", IDS[leader]));
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_same_log(&rt, &l, leader, &client, &logs)?;
     println!("quickstart: history {}; data, certificates and logs in {}", hist.display(), root.display());
     drop(nodes);
     Ok(())
+}
+
+/// Waits (60 s at most) until node `i`, rejoined as follower, holds `logs` record for
+/// record.
+fn wait_same_log(
+    rt: &tokio::runtime::Runtime,
+    l: &Layout,
+    i: usize,
+    client: &ClientConfig,
+    logs: &Logs,
+) -> Result<(), String> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let got = read(rt, l, i, client)?;
+        if got == *logs {
+            let n: usize = got.values().map(Vec::len).sum();
+            println!(
+                "quickstart: node {} rejoined as follower and holds the same {n} records, record for record",
+                IDS[i]
+            );
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err(format!("node {}'s log differs from the leader's 60 s after the run", IDS[i]));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }

@@ -120,43 +120,14 @@ pub fn run(a: Args) -> Result<(), String> {
     crate::certs::generate(&certs, &[], &[])?;
     let c = |f: &str| certs.join(f).display().to_string();
     let p = a.port;
-    let node = |role: &str, dir: &str, listen: u16, repl: u16, metrics: u16, cert: &str| -> Vec<String> {
-        let mut v: Vec<String> = vec![
-            "serve".into(),
-            "--role".into(),
-            role.into(),
-            "--data-dir".into(),
-            root.join(dir).display().to_string(),
-            "--listen".into(),
-            format!("127.0.0.1:{listen}"),
-            "--repl-listen".into(),
-            format!("127.0.0.1:{repl}"),
-            "--metrics-listen".into(),
-            format!("127.0.0.1:{metrics}"),
-            "--cert".into(),
-            c(&format!("{cert}.pem")),
-            "--key".into(),
-            c(&format!("{cert}.key")),
-            "--client-ca".into(),
-            c("ca.pem"),
-            "--segment-bytes".into(),
-            (64u64 << 20).to_string(),
-        ];
-        if role == "leader" {
-            v.extend(["--follower-addr".into(), format!("127.0.0.1:{}", p + 300)]);
-        } else {
-            v.extend(["--leader-addr".into(), format!("127.0.0.1:{p}")]);
-        }
-        v
-    };
+    let node = |role: &str, ports: (u16, u16, u16), cert: &str| node_args(&root, &certs, p, role, ports, cert);
     let mut follower = start(
         &exe,
         "follower",
-        &node("follower", "follower", p + 100, p + 300, p + 401, "follower"),
+        &node("follower", (p + 100, p + 300, p + 401), "follower"),
         &root.join("follower.log"),
     )?;
-    let mut leader =
-        start(&exe, "leader", &node("leader", "leader", p, p + 200, p + 400, "server"), &root.join("leader.log"))?;
+    let mut leader = start(&exe, "leader", &node("leader", (p, p + 200, p + 400), "server"), &root.join("leader.log"))?;
     wait_healthy(p + 401, &mut follower)?;
     wait_healthy(p + 400, &mut leader)?;
     println!(
@@ -195,6 +166,55 @@ pub fn run(a: Args) -> Result<(), String> {
         return Err(format!("load generator failed: {st}"));
     }
     println!("quickstart: leader acknowledged {acked} appends in total (metrics)");
+    check_logs(&root, acked)?;
+    println!("quickstart: data, certificates and logs are in {}", root.display());
+    Ok(())
+}
+
+/// `serve` arguments of one node of the quickstart pair; `ports`: client, replication
+/// and metrics ports; the leader's client port is `leader_port`.
+fn node_args(
+    root: &Path,
+    certs: &Path,
+    leader_port: u16,
+    role: &str,
+    ports: (u16, u16, u16),
+    cert: &str,
+) -> Vec<String> {
+    let (listen, repl, metrics) = ports;
+    let c = |f: &str| certs.join(f).display().to_string();
+    let mut v: Vec<String> = vec![
+        "serve".into(),
+        "--role".into(),
+        role.into(),
+        "--data-dir".into(),
+        root.join(role).display().to_string(),
+        "--listen".into(),
+        format!("127.0.0.1:{listen}"),
+        "--repl-listen".into(),
+        format!("127.0.0.1:{repl}"),
+        "--metrics-listen".into(),
+        format!("127.0.0.1:{metrics}"),
+        "--cert".into(),
+        c(&format!("{cert}.pem")),
+        "--key".into(),
+        c(&format!("{cert}.key")),
+        "--client-ca".into(),
+        c("ca.pem"),
+        "--segment-bytes".into(),
+        (64u64 << 20).to_string(),
+    ];
+    if role == "leader" {
+        v.extend(["--follower-addr".into(), format!("127.0.0.1:{}", leader_port + 300)]);
+    } else {
+        v.extend(["--leader-addr".into(), format!("127.0.0.1:{leader_port}")]);
+    }
+    v
+}
+
+/// Both logs pass `inspect`, are identical record for record, and hold exactly the
+/// `acked` appends the leader's metrics counted.
+fn check_logs(root: &Path, acked: f64) -> Result<(), String> {
     let mut records = Vec::new();
     for (name, dir) in [("leader", "leader"), ("follower", "follower")] {
         println!("quickstart: corelog inspect {} ({name}):", root.join(dir).display());
@@ -220,6 +240,5 @@ pub fn run(a: Args) -> Result<(), String> {
     println!(
         "quickstart: cross-check OK: {acked} acknowledged = records on the leader = records on the follower, record for record identical"
     );
-    println!("quickstart: data, certificates and logs are in {}", root.display());
     Ok(())
 }

@@ -1,5 +1,5 @@
 //! The handshake's decisions, pure (no I/O, no clock): shared by the leader
-//! (`leader.rs`), the follower (`follower.rs`), the log's epoch index (`wal/log.rs`) and
+//! (`leader.rs`), the follower (`follower.rs`), the log's epoch index (`wal/log/`) and
 //! the exhaustive model in `model.rs`, so the model checks the code that runs.
 //! docs/protocol.md §8 steps 5, 6 and 8.
 

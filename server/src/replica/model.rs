@@ -11,8 +11,8 @@
 //!
 //! Invariant after every step: every acknowledged (offset, value) is in both logs at
 //! that offset, so a promotion of B at any moment keeps it. With the server's rules no
-//! state violates it and the `Diverged` check never fires; with neither rule (the tree
-//! before 2026-11-22) the model finds the lost write.
+//! state violates it and the `Diverged` check never fires; with neither rule (`OLD`) the
+//! model finds the lost write.
 
 use std::collections::HashSet;
 
@@ -87,7 +87,7 @@ struct Rules {
 
 /// What the server does.
 const SERVER: Rules = Rules { bump_on_start: true, hold_until_accepted: true, check_last_record: true };
-/// The tree before 2026-11-22.
+/// None of the three rules: what the model must catch losing a write.
 const OLD: Rules = Rules { bump_on_start: false, hold_until_accepted: false, check_last_record: false };
 
 #[derive(Clone, Copy)]

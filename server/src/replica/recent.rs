@@ -3,11 +3,10 @@
 //!
 //! Bounded by the heap the batches hold, not by their record bytes: a batch's buffer is
 //! allocated ahead (4 KiB for the first staged batch, `MAX_BATCH_BYTES` behind it), so
-//! at moderate load a batch of one 40-byte record held a 4 KiB buffer, and a bound that
-//! counted the 40 bytes let 32 MiB of records pin ~3 GiB per shard (the leader grew
-//! ~7.6 MB/s at 2,000 appends/s until then). Now a batch's buffer is trimmed to fit when
-//! it wastes more than half ([`compact`]) and the ring counts capacity plus per-entry
-//! overhead ([`Recent::footprint`]).
+//! at moderate load a batch of one 40-byte record holds a 4 KiB buffer, and a bound that
+//! counted the 40 bytes would let 32 MiB of records pin ~3 GiB per shard. So a batch's
+//! buffer is trimmed to fit when it wastes more than half ([`compact`]) and the ring
+//! counts capacity plus per-entry overhead ([`Recent::footprint`]).
 
 use std::collections::VecDeque;
 use std::ops::Deref;

@@ -335,7 +335,7 @@ impl Shard {
     /// in-sync set, so it holds every acknowledged record, and the rest of it was never
     /// acknowledged (see `committed`). Nothing of the epoch is written before a
     /// follower accepts it (or the in-sync set is this node alone). Client connections
-    /// greeted as a follower's close (`conn.rs`): a follower's connection never writes.
+    /// greeted as a follower's close (`net/conn/`): a follower's connection never writes.
     /// Returns the commit floor.
     pub async fn promote(&self, shard_dir: &std::path::Path, epoch: u32) -> Result<u64, String> {
         assert_eq!(self.role.get(), Role::Follower, "only a follower takes over");

@@ -30,9 +30,8 @@ pub const CHUNK: u64 = 1024 * 1024;
 pub const AHEAD: u64 = 4 * 1024 * 1024;
 /// A batch of at least this span starts no fill: written into unwritten blocks, its
 /// one extent conversion is spread over the whole batch, while zeroing in front of a
-/// stream of such batches (a follower catching up writes 1 MiB ones) writes every byte
-/// twice, and the disk's bandwidth was what a catch-up waited for
-/// (docs/results/2026-11-27-rebuild.md).
+/// stream of such batches (a follower catching up writes 1 MiB ones) would write every
+/// byte twice, and a catch-up waits on the disk's bandwidth.
 pub const LARGE: u64 = 512 * 1024;
 
 #[derive(Default)]
@@ -153,9 +152,8 @@ const ZERO_CHUNK: u64 = 1024 * 1024;
 
 thread_local! {
     /// One MiB of zeros per executor, written by every whole-chunk fill (`zero_range`)
-    /// and never changed: a fill used to allocate and zero a fresh MiB each time (a
-    /// heap mapping, 256 page faults and a memset per MiB of log: ≈ 2 % of a shard's
-    /// CPU at 2,000 appends/s).
+    /// and never changed: a fresh MiB per fill would cost a heap mapping, 256 page
+    /// faults and a memset per MiB of log.
     static ZEROS: RefCell<Option<Rc<glommio::io::DmaBuffer>>> = const { RefCell::new(None) };
 }
 

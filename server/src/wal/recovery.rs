@@ -176,48 +176,8 @@ pub fn scan_files(shard: u16, files: &[(u64, PathBuf)], visit: &mut dyn FnMut(&[
             out.segments.push(seg);
             break;
         }
-        let mut pos = 0u64;
-        while pos + batch::BATCH_HEADER_LEN as u64 <= len {
-            let at = r.get(pos, batch::BATCH_HEADER_LEN + batch::MAX_BATCH_BYTES)?;
-            match batch::decode(at) {
-                Some(h) if h.first_offset == out.next_offset => {
-                    let recs = &at[batch::BATCH_HEADER_LEN..batch::BATCH_HEADER_LEN + h.records_len as usize];
-                    let last_epoch =
-                        record::verify_run(recs, h.first_offset, h.count).map_err(|e| ScanError::Corrupt {
-                            shard,
-                            segment: path.clone(),
-                            pos,
-                            reason: format!("batch CRC valid but records invalid: {e}"),
-                        })?;
-                    note_epochs(&mut out.epochs, recs, h.count, last_epoch);
-                    visit(recs);
-                    seg.digest.update(recs);
-                    seg.batches.push(BatchLoc {
-                        first_offset: h.first_offset,
-                        count: h.count,
-                        pos,
-                        records_len: h.records_len,
-                        crc: batch::stored_crc(at),
-                    });
-                    out.next_offset += h.count as u64;
-                    out.records += h.count as u64;
-                    pos += batch::span(h.records_len as usize);
-                }
-                _ => {
-                    if i + 1 < files.len() && r.zero_from(pos)? {
-                        // Clean end of a full segment: the next one continues the log.
-                        break;
-                    }
-                    end = Some((i, pos));
-                    break;
-                }
-            }
-        }
-        if end.is_none() && pos < len && !r.zero_from(pos)? {
-            // Bytes too short to hold a batch header (e.g. a file cut inside the last one).
-            end = Some((i, pos));
-        }
-        if let Some((_, p)) = end.filter(|_| !stale_name) {
+        if let Some(p) = scan_batches(shard, &mut r, &mut seg, &mut out, visit, i + 1 < files.len())? {
+            end = Some((i, p));
             out.damage = damage::classify(&mut r, path, p, out.next_offset)?;
         }
         out.segments.push(seg);
@@ -242,6 +202,58 @@ pub fn scan_files(shard: u16, files: &[(u64, PathBuf)], visit: &mut dyn FnMut(&[
         }
     }
     Ok(out)
+}
+
+/// Reads one segment's batches from byte 0 while each continues the log (`out`'s next
+/// offset): each verified, its records handed to `visit` and noted in `seg` and `out`.
+/// Returns where the valid log ends in this segment, or None where it ends cleanly (the
+/// rest is zeros, and when `more` another segment continues the log).
+fn scan_batches(
+    shard: u16,
+    r: &mut SegReader,
+    seg: &mut SegmentInfo,
+    out: &mut ShardScan,
+    visit: &mut dyn FnMut(&[u8]),
+    more: bool,
+) -> Result<Option<u64>, ScanError> {
+    let len = seg.len;
+    let mut pos = 0u64;
+    while pos + batch::BATCH_HEADER_LEN as u64 <= len {
+        let at = r.get(pos, batch::BATCH_HEADER_LEN + batch::MAX_BATCH_BYTES)?;
+        let Some(h) = batch::decode(at).filter(|h| h.first_offset == out.next_offset) else {
+            if more && r.zero_from(pos)? {
+                return Ok(None); // the clean end of a full segment
+            }
+            return Ok(Some(pos));
+        };
+        let recs = &at[batch::BATCH_HEADER_LEN..batch::BATCH_HEADER_LEN + h.records_len as usize];
+        let last_epoch = record::verify_run(recs, h.first_offset, h.count).map_err(|e| ScanError::Corrupt {
+            shard,
+            segment: seg.path.clone(),
+            pos,
+            reason: format!("batch CRC valid but records invalid: {e}"),
+        })?;
+        note_epochs(&mut out.epochs, recs, h.count, last_epoch);
+        visit(recs);
+        seg.digest.update(recs);
+        seg.batches.push(BatchLoc {
+            first_offset: h.first_offset,
+            count: h.count,
+            pos,
+            records_len: h.records_len,
+            crc: batch::stored_crc(at),
+        });
+        out.next_offset += h.count as u64;
+        out.records += h.count as u64;
+        let next = pos + batch::span(h.records_len as usize);
+        assert!(next > pos && next.is_multiple_of(BLOCK), "a batch spans whole blocks after its start");
+        pos = next;
+    }
+    // Bytes too short to hold a batch header (e.g. a file cut inside the last one).
+    if pos < len && !r.zero_from(pos)? {
+        return Ok(Some(pos));
+    }
+    Ok(None)
 }
 
 /// Records the epochs seen in a run of records (cheap: only when the epoch changes).

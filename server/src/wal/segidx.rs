@@ -32,7 +32,7 @@
 //! `first_offset + rel`), its number among the stream's runs (0 for its first segment), and
 //! skip pointers to earlier runs of the stream (`ptrs[j]`: the newest earlier run whose
 //! number is a multiple of 2^j, as segment and byte position of its entry), so that the
-//! run holding any version is found in a few reads (`streams.rs`). Runs start at byte 48,
+//! run holding any version is found in a few reads (`streams/`). Runs start at byte 48,
 //! whatever the segment's batches and epochs, so a run's position is known when the
 //! segment is sealed, before its file is written.
 //!

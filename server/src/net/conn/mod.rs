@@ -366,6 +366,11 @@ async fn append(
     loop {
         let taken = shard.append(req, form, payload, &answer, req_id).await;
         if taken == Ok(Taken::Staged) {
+            assert!(
+                out.closed() || out.inflight() <= MAX_INFLIGHT_PER_CONN,
+                "{} appends of one connection in flight, above {MAX_INFLIGHT_PER_CONN}",
+                out.inflight()
+            );
             return;
         }
         match taken {

@@ -212,6 +212,7 @@ pub(super) async fn tail(shard: Rc<Shard>, out: Rc<Outbox>, p: Push, stop: Rc<Ce
         match shard.log().read(at, end, TAIL_CHUNK).await {
             Ok((recs, count)) if count > 0 => {
                 at += count as u64;
+                assert!(at <= end, "a push stream sends only committed records");
                 let (recs, count) = filtered(&recs, count, filter.as_ref());
                 if count > 0 {
                     let r = Response::Records { shard: shard.id(), next_offset: at, count, records: &recs };

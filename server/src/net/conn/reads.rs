@@ -23,11 +23,10 @@ pub(super) async fn read(shard: &Shard, out: &Outbox, at: (u64, u16), from: u64,
         return Ok(());
     }
     let max = max_bytes.min(codec::MAX_READ_BYTES) as usize;
-    let (recs, count) = shard
-        .log()
-        .read(from, shard.committed(), max)
-        .await
-        .map_err(|e| (ErrorCode::Internal, e.to_string(), req_id))?;
+    let end = shard.committed();
+    let (recs, count) =
+        shard.log().read(from, end, max).await.map_err(|e| (ErrorCode::Internal, e.to_string(), req_id))?;
+    assert!(from + count as u64 <= end.max(from), "a read answers only committed records");
     let r = Response::Records { shard: shard.id(), next_offset: from + count as u64, count, records: &recs };
     out.push(|b| r.encode(req_id, b));
     Ok(())
