@@ -10,20 +10,12 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 C="${1:-1000}"; D="${2:-10}"; R="${3:-3}"
 command -v etcd >/dev/null || { echo "etcd not installed: apt-get install etcd-server" >&2; exit 2; }
-cargo build --release -q -p corelog-server -p corelog-loadgen
-B=target/release/corelog; L=target/release/corelog-loadgen
-W="$(mktemp -d -p target coordinator-overhead.XXXX)"
-PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$W"; }
-trap cleanup EXIT
-echo "commit $(git rev-parse --short HEAD)$(git diff --quiet || echo '+dirty'), $(nproc) CPUs, $(date -u +%FT%TZ), $C connections, ${D}s, $R rounds"
-if command -v fio >/dev/null; then
-  fio --name=floor --directory="$W" --rw=write --bs=4k --size=64m --direct=1 --fdatasync=1 \
-    --ioengine=psync --runtime=5 --time_based --output-format=terse 2>/dev/null |
-    awk -F';' '{printf "disk floor (fio 4 KiB write+fdatasync, QD1): %.0f IOPS\n", $49}'
-fi
+# shellcheck source=benches/lib.sh
+. benches/lib.sh
+cl_bench_begin coordinator-overhead TERM "$C connections, ${D}s, $R rounds"
+cl_floor_iops
 $B certs --out "$W/certs" >/dev/null
-tls() { echo "--cert $W/certs/$1.pem --key $W/certs/$1.key --client-ca $W/certs/ca.pem"; }
+tls() { cl_tls "$W/certs" "$1"; }
 etcd --name t --data-dir "$W/etcd" --listen-client-urls http://127.0.0.1:24790 \
   --advertise-client-urls http://127.0.0.1:24790 --listen-peer-urls http://127.0.0.1:24800 \
   --initial-advertise-peer-urls http://127.0.0.1:24800 --initial-cluster t=http://127.0.0.1:24800 \

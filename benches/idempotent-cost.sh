@@ -14,21 +14,13 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 C="${1:-1000}"; D="${2:-10}"; R="${3:-4}"
 shift $(( $# < 3 ? $# : 3 ))
 FLAGS=("$@"); [ ${#FLAGS[@]} -eq 0 ] && FLAGS=(--idempotent)
-cargo build --release -q -p corelog-server -p corelog-loadgen
-B=target/release/corelog; L=target/release/corelog-loadgen
-W="$(mktemp -d -p target idempotent-cost.XXXX)"
-PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$W"; }
-trap cleanup EXIT
-echo "commit $(git rev-parse --short HEAD)$(git diff --quiet || echo '+dirty'), $(nproc) CPUs, $(date -u +%FT%TZ), $C connections, ${D}s, $R rounds; B = plain + ${FLAGS[*]}"
-if command -v fio >/dev/null; then
-  fio --name=floor --directory="$W" --rw=write --bs=4k --size=64m --direct=1 --fdatasync=1 \
-    --ioengine=psync --runtime=5 --time_based --output-format=terse 2>/dev/null |
-    awk -F';' '{printf "disk floor (fio 4 KiB write+fdatasync, QD1): %.0f IOPS\n", $49}'
-fi
+# shellcheck source=benches/lib.sh
+. benches/lib.sh
+cl_bench_begin idempotent-cost TERM "$C connections, ${D}s, $R rounds; B = plain + ${FLAGS[*]}"
+cl_floor_iops
 $B certs --out "$W/certs" >/dev/null
-tls() { echo "--cert $W/certs/$1.pem --key $W/certs/$1.key --client-ca $W/certs/ca.pem"; }
-healthy() { for _ in $(seq 1 300); do curl -sf "http://127.0.0.1:$1/health" >/dev/null && return 0; sleep 0.1; done; echo "no health on :$1" >&2; return 1; }
+tls() { cl_tls "$W/certs" "$1"; }
+healthy() { cl_healthy_within "$1" 30; }
 run_pair() { # $1 = plain|idempotent, $2 = round
   local mode=$1 d="$W/$1-$2" a b extra=()
   [ "$mode" = idempotent ] && extra=("${FLAGS[@]}")

@@ -9,14 +9,10 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 C="${1:-1000}"; D="${2:-30}"; R="${3:-2}"
-cargo build --release -q -p corelog-server -p corelog-loadgen
-B=target/release/corelog; L=target/release/corelog-loadgen
-W="$(mktemp -d -p target idempotent-recovery.XXXX)"
-PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$W"; }
-trap cleanup EXIT
-echo "commit $(git rev-parse --short HEAD)$(git diff --quiet || echo '+dirty'), $(nproc) CPUs, $(date -u +%FT%TZ), $C connections, ${D}s of load"
-healthy() { for _ in $(seq 1 6000); do curl -sf "http://127.0.0.1:$1/health" >/dev/null && return 0; sleep 0.01; done; echo "no health on :$1" >&2; return 1; }
+# shellcheck source=benches/lib.sh
+. benches/lib.sh
+cl_bench_begin idempotent-recovery KILL "$C connections, ${D}s of load"
+healthy() { cl_healthy_within "$1" 60; }
 serve() { $B serve --role standalone --data-dir "$1" --listen 127.0.0.1:26400 --metrics-listen 127.0.0.1:26600 --insecure >>"$1.log" 2>&1 & }
 fill() { # $1 = plain|idempotent
   local d="$W/$1" extra=() pid

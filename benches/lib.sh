@@ -125,3 +125,37 @@ cl_stop() {
   wait "${CL_LEADERS[@]}" "${CL_FOLLOWERS[@]}" 2>/dev/null || true
   CL_LEADERS=(); CL_FOLLOWERS=()
 }
+
+# The common start of a self-contained bench script: builds the server and the load
+# generator (B and L name them), makes the work dir W under target/ ($1: its prefix), and
+# at exit kills every pid in PIDS with signal $2 (TERM|KILL) and removes W. $3: what the
+# run is, printed after the commit and machine line.
+cl_bench_begin() {
+  cargo build --release -q -p corelog-server -p corelog-loadgen
+  # shellcheck disable=SC2034 # read by the calling script
+  B=target/release/corelog
+  # shellcheck disable=SC2034
+  L=target/release/corelog-loadgen
+  W="$(mktemp -d -p target "$1.XXXX")"
+  PIDS=(); CL_END_SIGNAL=$2
+  trap cl_bench_end EXIT
+  echo "commit $(git rev-parse --short HEAD)$(git diff --quiet || echo '+dirty'), $(nproc) CPUs, $(date -u +%FT%TZ), $3"
+}
+cl_bench_end() {
+  local p
+  for p in "${PIDS[@]}"; do kill -"$CL_END_SIGNAL" "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true; rm -rf "$W"
+}
+# The disk's write + fdatasync IOPS (fio, 4 KiB, QD1, 5 s) into W, printed; nothing without fio.
+cl_floor_iops() {
+  command -v fio >/dev/null || return 0
+  fio --name=floor --directory="$W" --rw=write --bs=4k --size=64m --direct=1 --fdatasync=1 \
+    --ioengine=psync --runtime=5 --time_based --output-format=terse 2>/dev/null |
+    awk -F';' '{printf "disk floor (fio 4 KiB write+fdatasync, QD1): %.0f IOPS\n", $49}'
+}
+# Waits up to $2 seconds (default 30) for 127.0.0.1:$1/health to answer 200, polling every 10 ms.
+cl_healthy_within() {
+  local i
+  for ((i = 0; i < ${2:-30} * 100; i++)); do cl_health_once "$1" && return 0; sleep 0.01; done
+  echo "no health on :$1" >&2; return 1
+}

@@ -14,14 +14,10 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 N="${1:-50000000}"; M="${2:-1000000}"; S="${3:-100000}"; C="${4:-1000}"; R="${5:-2}"
-cargo build --release -q -p corelog-server -p corelog-loadgen
-B=target/release/corelog; L=target/release/corelog-loadgen
-W="$(mktemp -d -p target stream-recovery.XXXX)"
-PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$W"; }
-trap cleanup EXIT
-echo "commit $(git rev-parse --short HEAD)$(git diff --quiet || echo '+dirty'), $(nproc) CPUs, $(date -u +%FT%TZ); N=$N M=$M streams=$S C=$C"
-healthy() { for _ in $(seq 1 60000); do curl -sf "http://127.0.0.1:$1/health" >/dev/null && return 0; sleep 0.01; done; echo "no health on :$1" >&2; return 1; }
+# shellcheck source=benches/lib.sh
+. benches/lib.sh
+cl_bench_begin stream-recovery KILL "N=$N M=$M streams=$S C=$C"
+healthy() { cl_healthy_within "$1" 600; }
 metric() { curl -s http://127.0.0.1:26600/metrics | awk -v m="$1" '$1 ~ "^"m"\\{" {s+=$2} END {printf "%.0f", s+0}'; }
 serve() { # $1 = data dir, rest: extra flags
   local d=$1; shift

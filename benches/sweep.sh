@@ -104,23 +104,23 @@ freeze_nodes() { for p in "${PIDS_LEADER[@]}" "${PIDS_FOLLOWER[@]}"; do kill -ST
 thaw_nodes() { for p in "${PIDS_LEADER[@]}" "${PIDS_FOLLOWER[@]}"; do kill -CONT "$p" 2>/dev/null || true; done; }
 trap 'thaw_nodes; stop_nodes' EXIT
 
+# Starts shard $2's process of node $1 (leader|follower) in the background ($! is its pid).
+serve_shard() {
+  local role=$1 s=$2 cpus=$LEADER_CPUS cert=server metrics=$((19800 + 2 * $2))
+  local ports=(--listen 127.0.0.1:19400 --repl-listen 127.0.0.1:19600 --follower-addr 127.0.0.1:19700)
+  if [ "$role" = follower ]; then
+    cpus=$FOLLOWER_CPUS cert=follower metrics=$((19801 + 2 * s))
+    ports=(--listen 127.0.0.1:19500 --repl-listen 127.0.0.1:19700 --leader-addr 127.0.0.1:19400)
+  fi
+  # shellcheck disable=SC2046 # pin's prefix is meant to split
+  $(pin "$cpus") "$CORELOG" serve --role "$role" --shard-count "$SHARDS" --shards "$s" --data-dir "$WORK/$role" \
+    "${ports[@]}" --cert "$C/$cert.pem" --key "$C/$cert.key" --client-ca "$C/ca.pem" \
+    --metrics-listen "127.0.0.1:$metrics" --segment-bytes 67108864 >"$WORK/$role-$s.log" 2>&1 &
+}
+
 start_nodes() {
-  for s in $SHARD_IDS; do
-    $(pin "$FOLLOWER_CPUS") $CORELOG serve --role follower --shard-count "$SHARDS" --shards $s --data-dir "$WORK/follower" \
-      --listen 127.0.0.1:19500 --repl-listen 127.0.0.1:19700 --leader-addr 127.0.0.1:19400 \
-      --cert $C/follower.pem --key $C/follower.key --client-ca $C/ca.pem \
-      --metrics-listen 127.0.0.1:$((19801 + 2 * s)) --segment-bytes 67108864 \
-      >"$WORK/follower-$s.log" 2>&1 &
-    PIDS_FOLLOWER+=($!)
-  done
-  for s in $SHARD_IDS; do
-    $(pin "$LEADER_CPUS") $CORELOG serve --role leader --shard-count "$SHARDS" --shards $s --data-dir "$WORK/leader" \
-      --listen 127.0.0.1:19400 --repl-listen 127.0.0.1:19600 --follower-addr 127.0.0.1:19700 \
-      --cert $C/server.pem --key $C/server.key --client-ca $C/ca.pem \
-      --metrics-listen 127.0.0.1:$((19800 + 2 * s)) --segment-bytes 67108864 \
-      >"$WORK/leader-$s.log" 2>&1 &
-    PIDS_LEADER+=($!)
-  done
+  for s in $SHARD_IDS; do serve_shard follower "$s"; PIDS_FOLLOWER+=($!); done
+  for s in $SHARD_IDS; do serve_shard leader "$s"; PIDS_LEADER+=($!); done
   for port in ${LEADER_METRICS//,/ } ${FOLLOWER_METRICS//,/ }; do
     port=${port#127.0.0.1:}
     for i in $(seq 120); do

@@ -1,0 +1,137 @@
+"""Local nodes of `corelog serve` for a benchmark run: a pair, a pair of two processes per
+node (one per shard), or one standalone node, with their costs read from /proc.
+
+Ports: leader client 24400, replication 24500, metrics 24600 (+ s for process s); follower
+25400, 25500, 25600 (+ s). Node logs go to <data dir>.{l,f}<s>.log. The same layout as
+benches/lib.sh's cl_start, which the shell benches still use.
+"""
+import os
+import signal
+import subprocess
+import time
+import urllib.request
+
+LEADER_CLIENT, LEADER_REPL, LEADER_METRICS = 24400, 24500, 24600
+FOLLOWER_CLIENT, FOLLOWER_REPL, FOLLOWER_METRICS = 25400, 25500, 25600
+HEALTH_WAIT_S = 30.0
+MODES = {"pair": 1, "pair2": 2, "solo": 0}
+
+
+def server_tls(certs, who, insecure=False):
+    """The TLS flags of `corelog serve` for `who` (server|follower, from `corelog certs`)."""
+    if insecure:
+        return ["--insecure"]
+    return ["--cert", f"{certs}/{who}.pem", "--key", f"{certs}/{who}.key", "--client-ca", f"{certs}/ca.pem"]
+
+
+def client_tls(certs, insecure=False):
+    """The TLS flags of corelog-loadgen."""
+    if insecure:
+        return ["--insecure"]
+    return ["--ca", f"{certs}/ca.pem", "--cert", f"{certs}/client.pem", "--key", f"{certs}/client.key"]
+
+
+def health_once(port):
+    """True when 127.0.0.1:port/health answers 200 now."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
+            return r.status == 200
+    except OSError:
+        return False
+
+
+def wait_healthy(port, limit_s=HEALTH_WAIT_S):
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        if health_once(port):
+            return
+        time.sleep(0.1)
+    raise RuntimeError(f"no health on :{port} within {limit_s:.0f} s")
+
+
+def ticks(pid):
+    """utime + stime of a process, in clock ticks."""
+    with open(f"/proc/{pid}/stat") as f:
+        # The command name (field 2) may hold spaces: count from the closing parenthesis.
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
+def rss_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise RuntimeError(f"no VmRSS for pid {pid}")
+
+
+class Nodes:
+    """The processes of one run. `start` returns once every node answers /health."""
+
+    def __init__(self, bin_dir, data, certs, mode, leader_extra=(), insecure=False):
+        assert mode in MODES, f"mode {mode}?"
+        self.bin, self.data, self.certs, self.mode = bin_dir, data, certs, mode
+        self.leader_extra, self.insecure = list(leader_extra), insecure
+        self.leaders, self.followers = [], []
+
+    def _spawn(self, args, log):
+        with open(log, "w") as out:
+            return subprocess.Popen([f"{self.bin}/corelog", "serve", *args], stdout=out, stderr=subprocess.STDOUT)
+
+    def start(self):
+        procs = MODES[self.mode]
+        d = self.data
+        for s in range(procs):
+            shard = ["--shard-count", "2", "--shards", str(s)] if procs == 2 else []
+            self.followers.append(self._spawn(
+                ["--role", "follower", "--data-dir", f"{d}/f", "--listen", f"127.0.0.1:{FOLLOWER_CLIENT}",
+                 "--repl-listen", f"127.0.0.1:{FOLLOWER_REPL}", "--metrics-listen", f"127.0.0.1:{FOLLOWER_METRICS + s}",
+                 "--leader-addr", f"127.0.0.1:{LEADER_CLIENT}", *shard,
+                 *server_tls(self.certs, "follower", self.insecure)], f"{d}.f{s}.log"))
+            self.leaders.append(self._spawn(
+                ["--role", "leader", "--data-dir", f"{d}/l", "--listen", f"127.0.0.1:{LEADER_CLIENT}",
+                 "--repl-listen", f"127.0.0.1:{LEADER_REPL}", "--metrics-listen", f"127.0.0.1:{LEADER_METRICS + s}",
+                 "--follower-addr", f"127.0.0.1:{FOLLOWER_REPL}", *shard,
+                 *server_tls(self.certs, "server", self.insecure), *self.leader_extra], f"{d}.l{s}.log"))
+        if procs == 0:
+            self.leaders.append(self._spawn(
+                ["--role", "standalone", "--data-dir", f"{d}/l", "--listen", f"127.0.0.1:{LEADER_CLIENT}",
+                 "--metrics-listen", f"127.0.0.1:{LEADER_METRICS}", *server_tls(self.certs, "server", self.insecure)],
+                f"{d}.l0.log"))
+        try:
+            for s in range(max(procs, 1)):
+                wait_healthy(LEADER_METRICS + s)
+                if procs:
+                    wait_healthy(FOLLOWER_METRICS + s)
+            # A node that exited while another answered on its ports is a failed start.
+            dead = [p.args[3:7] for p in self.all() if p.poll() is not None]
+            if dead:
+                raise RuntimeError(f"a node exited at start: {dead}")
+        except Exception:
+            self.stop()
+            raise
+        return self
+
+    def all(self):
+        return self.leaders + self.followers
+
+    def server_ticks(self):
+        return sum(ticks(p.pid) for p in self.all())
+
+    def leader_rss_kib(self):
+        return sum(rss_kib(p.pid) for p in self.leaders)
+
+    def stop(self):
+        """kill -9 (the benches measure a running node, not its shutdown) and reap."""
+        for p in self.all():
+            if p.poll() is None:
+                p.send_signal(signal.SIGKILL)
+        for p in self.all():
+            p.wait()
+        self.leaders, self.followers = [], []
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *_):
+        self.stop()
