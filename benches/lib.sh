@@ -1,11 +1,14 @@
 # shellcheck shell=bash
-# Sourced by the bench scripts (ab.sh, floor_by_cpu.sh, profile.sh, sweep.sh, device_sweep.sh): starting a local
-# pair or a standalone node and reading its costs, written once.
+# Sourced by the bench scripts: starting a local pair or a standalone node, the disk's
+# floor and a process's costs, written once. Starting nodes and the floor are the Python
+# orchestration's (benches/corebench, which ab.sh runs whole); these are its shell doors.
 #
 # Ports: leader client 24400, replication 24500, metrics 24600 (+ s for process s);
 # follower 25400, 25500, 25600 (+ s). Nodes log to <data dir>.{l,f}<s>.log.
 
 CL_LEADERS=(); CL_FOLLOWERS=()
+# The benches folder: the Python half of the orchestration (corebench) lives there.
+CL_BENCHES=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
 # Server TLS flags of `corelog serve`: $1 certs dir (from `corelog certs`), $2 server|follower.
 # CL_INSECURE=1: plaintext on every port instead (`--insecure`; TLS's share of a figure).
@@ -62,22 +65,9 @@ cl_switches() { cat /proc/"$1"/task/*/status | awk '/ctxt_switches/{s += $2} END
 
 # fio, 4 KiB O_DIRECT writes at queue depth 1 into the 64 MiB file $2/fio for $3 seconds,
 # pinned to CPU $1 ("" = unpinned); the remaining arguments pick the engine and the sync
-# (e.g. --ioengine=psync --fdatasync=1). Prints "write_p50_us sync_p50_us iops" (sync 0
-# when there is no separate sync call; a mean where fio gave no percentile).
-cl_fio() {
-  local cpu=$1 dir=$2 secs=$3; shift 3
-  fio --name=floor --filename="$dir/fio" --rw=write --bs=4k --size=64m --direct=1 --iodepth=1 --runtime="$secs" \
-    --time_based --output-format=json ${cpu:+--cpus_allowed=$cpu} "$@" 2>/dev/null >"$dir/fio.json"
-  python3 - "$dir/fio.json" <<'PY'
-import json, sys
-j = json.load(open(sys.argv[1]))["jobs"][0]
-lat = j["write"].get("clat_ns") or j["write"]["lat_ns"]
-w = lat.get("percentile", {}).get("50.000000", lat["mean"]) / 1000
-sync = j.get("sync", {}).get("lat_ns", {})
-s = sync.get("percentile", {}).get("50.000000", sync.get("mean", 0)) / 1000
-print(f"{w:.1f} {s:.1f} {j['write']['iops']:.0f}")
-PY
-}
+# (default --ioengine=psync --fdatasync=1). Prints "write_p50_us sync_p50_us iops" (sync 0
+# when there is no separate sync call): benches/corebench/floor.py.
+cl_fio() { PYTHONPATH="$CL_BENCHES" python3 -m corebench.floor "$@" 2>/dev/null; }
 
 # Starts nodes and waits until they answer: $1 bin dir, $2 data dir (the leader's is
 # $2/l, the follower's $2/f), $3 certs dir, $4 mode: pair (leader + follower), pair2 (each
@@ -85,44 +75,16 @@ PY
 # ≈ 19,000 client connections), solo (one standalone node). Sets CL_LEADERS and
 # CL_FOLLOWERS (pids). Fails if a node exited while another answered on its ports.
 cl_start() {
-  local b=$1 d=$2 c=$3 s procs=0
-  CL_LEADERS=(); CL_FOLLOWERS=()
-  case "$4" in pair) procs=1 ;; pair2) procs=2 ;; solo) ;; *) echo "cl_start: mode $4?" >&2; return 2 ;; esac
-  for ((s = 0; s < procs; s++)); do
-    local sh=(); [ "$procs" = 2 ] && sh=(--shard-count 2 --shards "$s")
-    # shellcheck disable=SC2046 # the TLS flags are meant to split
-    "$b/corelog" serve --role follower --data-dir "$d/f" --listen 127.0.0.1:25400 --repl-listen 127.0.0.1:25500 \
-      --metrics-listen "127.0.0.1:$((25600 + s))" --leader-addr 127.0.0.1:24400 "${sh[@]}" $(cl_tls "$c" follower) \
-      >"$d.f$s.log" 2>&1 &
-    CL_FOLLOWERS+=($!)
-    # CL_LEADER_EXTRA: more flags for the leader (split on spaces).
-    # shellcheck disable=SC2046,SC2086
-    "$b/corelog" serve --role leader --data-dir "$d/l" --listen 127.0.0.1:24400 --repl-listen 127.0.0.1:24500 \
-      --metrics-listen "127.0.0.1:$((24600 + s))" --follower-addr 127.0.0.1:25500 "${sh[@]}" $(cl_tls "$c" server) \
-      ${CL_LEADER_EXTRA:-} >"$d.l$s.log" 2>&1 &
-    CL_LEADERS+=($!)
-  done
-  if [ "$procs" = 0 ]; then
-    # shellcheck disable=SC2046
-    "$b/corelog" serve --role standalone --data-dir "$d/l" --listen 127.0.0.1:24400 \
-      --metrics-listen 127.0.0.1:24600 $(cl_tls "$c" server) >"$d.l0.log" 2>&1 &
-    CL_LEADERS+=($!)
-  fi
-  for ((s = 0; s < (procs > 0 ? procs : 1); s++)); do
-    cl_healthy $((24600 + s)) || return 1
-    [ "$procs" = 0 ] || cl_healthy $((25600 + s)) || return 1
-  done
-  local p
-  for p in "${CL_LEADERS[@]}" "${CL_FOLLOWERS[@]}"; do
-    kill -0 "$p" 2>/dev/null || { echo "a node exited at start: $(tail -n 3 "$d".*.log)" >&2; return 1; }
-  done
+  local out
+  out=$(PYTHONPATH="$CL_BENCHES" python3 -m corebench.nodes start "$@") || return 1
+  read -ra CL_LEADERS <<<"$(sed -n 's/^leaders: *//p' <<<"$out")"
+  read -ra CL_FOLLOWERS <<<"$(sed -n 's/^followers: *//p' <<<"$out")"
 }
 
-# Stops what cl_start started (kill -9) and waits for it.
+# Stops what cl_start started (kill -9) and waits until every process has exited.
 cl_stop() {
   [ $((${#CL_LEADERS[@]} + ${#CL_FOLLOWERS[@]})) -gt 0 ] || return 0
-  kill -9 "${CL_LEADERS[@]}" "${CL_FOLLOWERS[@]}" 2>/dev/null || true
-  wait "${CL_LEADERS[@]}" "${CL_FOLLOWERS[@]}" 2>/dev/null || true
+  PYTHONPATH="$CL_BENCHES" python3 -m corebench.nodes stop "${CL_LEADERS[@]}" "${CL_FOLLOWERS[@]}"
   CL_LEADERS=(); CL_FOLLOWERS=()
 }
 

@@ -4,6 +4,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 
 
 def fio(directory, secs, cpu=None, extra=("--ioengine=psync", "--fdatasync=1")):
@@ -50,3 +51,17 @@ def passes(directory, secs=5):
               f"write p50 {w:.0f} µs, fdatasync p50 {s:.0f} µs, together ≈ {w + s:.0f} µs")
         floors[name] = round(w + s, 1)
     return floors
+
+
+def main(argv):
+    """`CPU DIR SECS [FIO ARGS...]` (CPU "" = unpinned): prints "write_p50_us sync_p50_us
+    iops" (benches/lib.sh's cl_fio)."""
+    if len(argv) < 3:
+        sys.exit("usage: python3 -m corebench.floor CPU DIR SECS [FIO ARGS...]")
+    cpu, directory, secs = argv[0] or None, argv[1], argv[2]
+    w, s, iops = fio(directory, secs, cpu, tuple(argv[3:]) or ("--ioengine=psync", "--fdatasync=1"))
+    print(f"{w:.1f} {s:.1f} {iops:.0f}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

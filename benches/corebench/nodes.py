@@ -7,6 +7,7 @@ benches/lib.sh's cl_start, which the shell benches still use.
 """
 import os
 import signal
+import sys
 import subprocess
 import time
 import urllib.request
@@ -40,15 +41,6 @@ def health_once(port):
         return False
 
 
-def wait_healthy(port, limit_s=HEALTH_WAIT_S):
-    deadline = time.monotonic() + limit_s
-    while time.monotonic() < deadline:
-        if health_once(port):
-            return
-        time.sleep(0.1)
-    raise RuntimeError(f"no health on :{port} within {limit_s:.0f} s")
-
-
 def ticks(pid):
     """utime + stime of a process, in clock ticks."""
     with open(f"/proc/{pid}/stat") as f:
@@ -73,10 +65,13 @@ class Nodes:
         self.bin, self.data, self.certs, self.mode = bin_dir, data, certs, mode
         self.leader_extra, self.insecure = list(leader_extra), insecure
         self.leaders, self.followers = [], []
+        self.logs = {}
 
     def _spawn(self, args, log):
         with open(log, "w") as out:
-            return subprocess.Popen([f"{self.bin}/corelog", "serve", *args], stdout=out, stderr=subprocess.STDOUT)
+            p = subprocess.Popen([f"{self.bin}/corelog", "serve", *args], stdout=out, stderr=subprocess.STDOUT)
+        self.logs[p.pid] = log
+        return p
 
     def start(self):
         procs = MODES[self.mode]
@@ -98,19 +93,35 @@ class Nodes:
                 ["--role", "standalone", "--data-dir", f"{d}/l", "--listen", f"127.0.0.1:{LEADER_CLIENT}",
                  "--metrics-listen", f"127.0.0.1:{LEADER_METRICS}", *server_tls(self.certs, "server", self.insecure)],
                 f"{d}.l0.log"))
+        ports = [LEADER_METRICS + s for s in range(max(procs, 1))] + [FOLLOWER_METRICS + s for s in range(procs)]
         try:
-            for s in range(max(procs, 1)):
-                wait_healthy(LEADER_METRICS + s)
-                if procs:
-                    wait_healthy(FOLLOWER_METRICS + s)
-            # A node that exited while another answered on its ports is a failed start.
-            dead = [p.args[3:7] for p in self.all() if p.poll() is not None]
-            if dead:
-                raise RuntimeError(f"a node exited at start: {dead}")
+            self._wait(ports)
         except Exception:
             self.stop()
             raise
         return self
+
+    def _wait(self, ports, limit_s=HEALTH_WAIT_S):
+        """Until every metrics port answers /health; a node that exits meanwhile (or while
+        another answers on its ports) fails the start at once, with what it said."""
+        deadline = time.monotonic() + limit_s
+        waiting = list(ports)
+        while True:
+            dead = [p for p in self.all() if p.poll() is not None]
+            if dead:
+                raise RuntimeError("a node exited at start: " + "; ".join(self._tail(p) for p in dead))
+            waiting = [port for port in waiting if not health_once(port)]
+            if not waiting:
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no health on {waiting} within {limit_s:.0f} s")
+            time.sleep(0.05)
+
+    def _tail(self, proc, lines=3):
+        """What a node that exited at start said last."""
+        with open(self.logs[proc.pid], errors="replace") as f:
+            said = f.read().splitlines()[-lines:]
+        return f"{' '.join(proc.args[2:4])} exited {proc.returncode}: " + " | ".join(said)
 
     def all(self):
         return self.leaders + self.followers
@@ -135,3 +146,47 @@ class Nodes:
 
     def __exit__(self, *_):
         self.stop()
+
+
+def gone(pid):
+    """True once a process has exited (a zombie that no one reaped counts as exited)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def main(argv):
+    """`start BIN DATA CERTS MODE`: starts the nodes, waits until they answer, prints
+    `leaders: PID...` and `followers: PID...`, and leaves them running (benches/lib.sh's
+    cl_start; CL_LEADER_EXTRA and CL_INSECURE=1 as in ab.py). `stop PID...`: kill -9 and
+    wait (bounded) until each has exited."""
+    if len(argv) == 5 and argv[0] == "start":
+        extra = os.environ.get("CL_LEADER_EXTRA", "").split()
+        n = Nodes(*argv[1:5], leader_extra=extra, insecure=os.environ.get("CL_INSECURE", "0") == "1")
+        try:
+            n.start()
+        except RuntimeError as e:
+            sys.exit(f"cl_start: {e}")
+        print("leaders:", *(p.pid for p in n.leaders))
+        print("followers:", *(p.pid for p in n.followers))
+        return
+    if argv and argv[0] == "stop":
+        pids = [int(p) for p in argv[1:]]
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + 30
+        while not all(gone(p) for p in pids):
+            if time.monotonic() > deadline:
+                sys.exit(f"cl_stop: still running after kill -9: {[p for p in pids if not gone(p)]}")
+            time.sleep(0.02)
+        return
+    sys.exit("usage: python3 -m corebench.nodes start BIN DATA CERTS pair|pair2|solo | stop PID...")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
