@@ -18,6 +18,7 @@ pub mod cli;
 pub mod config;
 pub mod control;
 pub mod coord;
+pub mod group;
 pub mod hist;
 pub mod index;
 pub mod inspect;
