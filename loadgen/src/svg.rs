@@ -6,12 +6,16 @@ use std::fmt::Write;
 use crate::report::fmt_int;
 use crate::result::sweep::SweepReport;
 
+/// The picture's size.
 const W: f64 = 820.0;
 const H: f64 = 460.0;
+/// The plot area: its margins and what they leave of the picture's width and height.
 const LEFT: f64 = 90.0;
 const RIGHT: f64 = 90.0;
+const PW: f64 = W - LEFT - RIGHT;
 const TOP: f64 = 50.0;
 const BOTTOM: f64 = 70.0;
+const PH: f64 = H - TOP - BOTTOM;
 
 fn esc(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
@@ -52,7 +56,7 @@ pub fn plot(r: &SweepReport) -> String {
     let _ = writeln!(s, r#"<rect width="{W}" height="{H}" fill="white"/>"#);
     title(&mut s, r);
     frame_and_grid(&mut s, &sc);
-    axis_titles(&mut s, &sc);
+    axis_titles(&mut s);
     series(&mut s, r, &sc);
     s.push_str("</svg>\n");
     s
@@ -61,9 +65,6 @@ pub fn plot(r: &SweepReport) -> String {
 /// Where values land on the plot: connections on a log scale across, acknowledged
 /// writes/s (linear, left axis) and latency in ms (log over whole decades, right axis) up.
 struct Scales {
-    /// The plot area's width and height.
-    pw: f64,
-    ph: f64,
     /// The connection counts of the steps.
     xs: Vec<f64>,
     /// log10 of the connections at the left and right edges.
@@ -94,23 +95,22 @@ impl Scales {
             .filter(|v| *v > 0.0)
             .collect();
         let (lmin, lmax) = latency_decades(&lat);
-        Scales { pw: W - LEFT - RIGHT, ph: H - TOP - BOTTOM, xs, lx0: lx0 - pad, lx1: lx1 + pad, tmax, lmin, lmax }
+        Scales { xs, lx0: lx0 - pad, lx1: lx1 + pad, tmax, lmin, lmax }
     }
 
     /// Connections across.
     fn x(&self, c: f64) -> f64 {
-        LEFT + (c.max(1.0).log10() - self.lx0) / (self.lx1 - self.lx0) * self.pw
+        LEFT + (c.max(1.0).log10() - self.lx0) / (self.lx1 - self.lx0) * PW
     }
 
     /// Acknowledged writes/s up.
     fn yt(&self, v: f64) -> f64 {
-        TOP + self.ph - v / self.tmax * self.ph
+        TOP + PH - v / self.tmax * PH
     }
 
     /// Latency (ms) up.
     fn yl(&self, ms: f64) -> f64 {
-        TOP + self.ph
-            - (ms.max(self.lmin).log10() - self.lmin.log10()) / (self.lmax.log10() - self.lmin.log10()) * self.ph
+        TOP + PH - (ms.max(self.lmin).log10() - self.lmin.log10()) / (self.lmax.log10() - self.lmin.log10()) * PH
     }
 }
 
@@ -130,12 +130,11 @@ fn title(s: &mut String, r: &SweepReport) {
 /// The plot's frame, the throughput grid and labels (left), the latency decades (right)
 /// and a line and label per step's connection count (below).
 fn frame_and_grid(s: &mut String, sc: &Scales) {
-    let (pw, ph) = (sc.pw, sc.ph);
-    let _ = writeln!(s, r##"<rect x="{LEFT}" y="{TOP}" width="{pw}" height="{ph}" fill="none" stroke="#444"/>"##);
+    let _ = writeln!(s, r##"<rect x="{LEFT}" y="{TOP}" width="{PW}" height="{PH}" fill="none" stroke="#444"/>"##);
     for i in 0..=5 {
         let v = sc.tmax * i as f64 / 5.0;
         let y = sc.yt(v);
-        let _ = writeln!(s, r##"<line x1="{LEFT}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke="#ddd"/>"##, LEFT + pw);
+        let _ = writeln!(s, r##"<line x1="{LEFT}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke="#ddd"/>"##, LEFT + PW);
         let _ = writeln!(
             s,
             r##"<text x="{:.1}" y="{:.1}" text-anchor="end" fill="#1f5fbf">{}</text>"##,
@@ -148,34 +147,34 @@ fn frame_and_grid(s: &mut String, sc: &Scales) {
     while d <= sc.lmax * 1.0001 {
         let y = sc.yl(d);
         let label = if d >= 1.0 { format!("{d:.0} ms") } else { format!("{d} ms") };
-        let _ = writeln!(s, r##"<text x="{:.1}" y="{:.1}" fill="#b03030">{label}</text>"##, LEFT + pw + 6.0, y + 4.0);
+        let _ = writeln!(s, r##"<text x="{:.1}" y="{:.1}" fill="#b03030">{label}</text>"##, LEFT + PW + 6.0, y + 4.0);
         d *= 10.0;
     }
     for &c in &sc.xs {
         let px = sc.x(c);
-        let _ = writeln!(s, r##"<line x1="{px:.1}" y1="{TOP}" x2="{px:.1}" y2="{:.1}" stroke="#eee"/>"##, TOP + ph);
+        let _ = writeln!(s, r##"<line x1="{px:.1}" y1="{TOP}" x2="{px:.1}" y2="{:.1}" stroke="#eee"/>"##, TOP + PH);
         let label = if c >= 1000.0 && (c % 1000.0) == 0.0 { format!("{}k", c / 1000.0) } else { fmt_int(c) };
-        let _ = writeln!(s, r#"<text x="{px:.1}" y="{:.1}" text-anchor="middle">{label}</text>"#, TOP + ph + 18.0);
+        let _ = writeln!(s, r#"<text x="{px:.1}" y="{:.1}" text-anchor="middle">{label}</text>"#, TOP + PH + 18.0);
     }
 }
 
-fn axis_titles(s: &mut String, sc: &Scales) {
+fn axis_titles(s: &mut String) {
     let _ = writeln!(
         s,
         r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">connections (log scale)</text>"#,
-        LEFT + sc.pw / 2.0,
+        LEFT + PW / 2.0,
         H - 28.0
     );
     let _ = writeln!(
         s,
         r##"<text transform="translate(20,{:.1}) rotate(-90)" text-anchor="middle" fill="#1f5fbf">acknowledged writes/s</text>"##,
-        TOP + sc.ph / 2.0
+        TOP + PH / 2.0
     );
     let _ = writeln!(
         s,
         r##"<text transform="translate({:.1},{:.1}) rotate(90)" text-anchor="middle" fill="#b03030">latency (log scale)</text>"##,
         W - 22.0,
-        TOP + sc.ph / 2.0
+        TOP + PH / 2.0
     );
 }
 

@@ -173,55 +173,59 @@ mod tests {
         }
     }
 
-    /// A waker that counts its wakes.
-    fn counting_waker() -> (Arc<Count>, Waker) {
+    /// A wait on `ev`, polled once: it must be pending (and so hold a slot).
+    fn pending<'a>(ev: &'a Event, cx: &mut Context<'_>) -> Pin<Box<EventWait<'a>>> {
+        let mut w = Box::pin(ev.wait());
+        assert!(w.as_mut().poll(cx).is_pending());
+        w
+    }
+
+    /// Runs `test` with a fresh event, one `pending` wait on it, the context that wait was
+    /// polled in, and how often that context's waker has been woken.
+    fn with_a_wait(test: impl for<'e> FnOnce(&'e Event, Pin<Box<EventWait<'e>>>, &mut Context<'_>, &AtomicUsize)) {
+        let ev = Event::default();
         let count = Arc::new(Count(AtomicUsize::new(0)));
         let waker = Waker::from(count.clone());
-        (count, waker)
+        let mut cx = Context::from_waker(&waker);
+        let w = pending(&ev, &mut cx);
+        test(&ev, w, &mut cx, &count.0);
     }
 
     #[test]
     fn a_wait_holds_one_slot_however_often_polled_or_dropped() {
-        let ev = Event::default();
-        let (count, waker) = counting_waker();
-        let mut cx = Context::from_waker(&waker);
-        let mut w = Box::pin(ev.wait());
-        for _ in 0..100_000 {
-            assert!(w.as_mut().poll(&mut cx).is_pending());
-        }
-        assert_eq!(ev.slots(), 1);
-        for _ in 0..100_000 {
-            let mut abandoned = Box::pin(ev.wait());
-            assert!(abandoned.as_mut().poll(&mut cx).is_pending());
-        }
-        assert_eq!(ev.slots(), 2, "dropped waits reuse one slot");
-        ev.notify();
-        assert_eq!(count.0.load(Ordering::SeqCst), 1, "only the live wait is woken");
-        assert!(w.as_mut().poll(&mut cx).is_ready());
-        assert_eq!(ev.slots(), 0);
+        with_a_wait(|ev, mut w, cx, wakes| {
+            for _ in 0..100_000 {
+                assert!(w.as_mut().poll(cx).is_pending());
+            }
+            assert_eq!(ev.slots(), 1);
+            for _ in 0..100_000 {
+                drop(pending(ev, cx));
+            }
+            assert_eq!(ev.slots(), 2, "dropped waits reuse one slot");
+            ev.notify();
+            assert_eq!(wakes.load(Ordering::SeqCst), 1, "only the live wait is woken");
+            assert!(w.as_mut().poll(cx).is_ready());
+            assert_eq!(ev.slots(), 0);
+        });
     }
 
     /// A notify keeps the waiters' allocation: the next wait reuses it.
     #[test]
     fn notify_keeps_the_allocation_for_the_next_wait() {
-        let ev = Event::default();
-        let (count, waker) = counting_waker();
-        let mut cx = Context::from_waker(&waker);
-        let mut w = Box::pin(ev.wait());
-        assert!(w.as_mut().poll(&mut cx).is_pending());
-        let cap = ev.waiters.borrow().capacity();
-        for round in 1..=1000 {
-            ev.notify();
-            assert_eq!(count.0.load(Ordering::SeqCst), round, "the wait of round {round} was woken");
-            assert!(w.as_mut().poll(&mut cx).is_ready());
-            assert_eq!(ev.slots(), 0);
-            // Held across the notify (a freed vector has capacity 0; malloc may well hand
-            // the same address back, so the address proves nothing).
-            assert_eq!(ev.waiters.borrow().capacity(), cap, "round {round}: the allocation was dropped");
-            w = Box::pin(ev.wait());
-            assert!(w.as_mut().poll(&mut cx).is_pending());
-            assert_eq!(ev.waiters.borrow().capacity(), cap, "round {round}: the vector grew");
-        }
+        with_a_wait(|ev, mut w, cx, wakes| {
+            let cap = ev.waiters.borrow().capacity();
+            for round in 1..=1000 {
+                ev.notify();
+                assert_eq!(wakes.load(Ordering::SeqCst), round, "the wait of round {round} was woken");
+                assert!(w.as_mut().poll(cx).is_ready());
+                assert_eq!(ev.slots(), 0);
+                // Held across the notify (a freed vector has capacity 0; malloc may well hand
+                // the same address back, so the address proves nothing).
+                assert_eq!(ev.waiters.borrow().capacity(), cap, "round {round}: the allocation was dropped");
+                w = pending(ev, cx);
+                assert_eq!(ev.waiters.borrow().capacity(), cap, "round {round}: the vector grew");
+            }
+        });
     }
 
     /// The crash itself: a glommio task re-polling one wait 40,000 times (each clone

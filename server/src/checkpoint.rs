@@ -16,12 +16,11 @@
 //! Size: per stream its name + 14 bytes + 20 per pointer (≤ 2 + log2 of its runs), per
 //! producer 26 bytes + 8 per remembered position, 12 bytes per epoch.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use crate::le::{checked_body, Reader};
 use crate::producers::Saved;
-use crate::snapshot::{decode_producers, encode_producers};
+use crate::snapshot::{decode_producers, encode_producers, list_numbered, write_durably};
 use crate::streams::Streams;
 use crate::wal::recovery::sync_dir;
 
@@ -94,34 +93,12 @@ fn decode_owned(b: Vec<u8>) -> Result<Checkpoint, String> {
 
 /// Writes a checkpoint's bytes durably (blocking: call it off the executor).
 pub fn write(dir: &Path, offset: u64, bytes: &[u8]) -> Result<PathBuf, String> {
-    let path = dir.join(file_name(offset));
-    let tmp = dir.join(format!("{}.tmp", file_name(offset)));
-    let w = || -> std::io::Result<()> {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, &path)
-    };
-    w().map_err(|e| format!("write {}: {e}", path.display()))?;
-    sync_dir(dir)?;
-    Ok(path)
+    write_durably(dir, &file_name(offset), bytes)
 }
 
 /// The checkpoints in `dir`, ascending by offset.
 pub fn list(dir: &Path) -> Result<Vec<(u64, PathBuf)>, String> {
-    let rd = std::fs::read_dir(dir).map_err(|e| format!("read {}: {e}", dir.display()))?;
-    let mut v = Vec::new();
-    for ent in rd {
-        let ent = ent.map_err(|e| e.to_string())?;
-        let name = ent.file_name().to_string_lossy().to_string();
-        if let Some(n) = name.strip_prefix("checkpoint-").and_then(|n| n.strip_suffix(".ckpt")) {
-            if let Ok(n) = n.parse::<u64>() {
-                v.push((n, ent.path()));
-            }
-        }
-    }
-    v.sort();
-    Ok(v)
+    list_numbered(dir, "checkpoint-", ".ckpt")
 }
 
 /// Reads and decodes a checkpoint file, checking it is the one its name says.
@@ -156,9 +133,7 @@ mod tests {
     #[test]
     fn roundtrip_and_every_flipped_byte_is_refused() {
         let mut st = Streams::default();
-        st.note("a", 0, 10).unwrap();
-        st.note("order-42", 0, 20).unwrap();
-        st.note("a", 1, 30).unwrap();
+        st.note_all(&[("a", 0, 10), ("order-42", 0, 20), ("a", 1, 30)]);
         st.seal(0, 1_000);
         st.note("é", 0, 1_000).unwrap(); // staged past the checkpoint: not in it
         let producers = vec![

@@ -119,8 +119,14 @@ pub fn decode(b: &[u8], max_producers: usize) -> Result<(u64, LogIndex), String>
 
 /// Writes the snapshot at `first` durably (blocking: call it off the executor).
 pub fn write(dir: &Path, first: u64, bytes: &[u8]) -> Result<(), String> {
-    let path = dir.join(file_name(first));
-    let tmp = dir.join(format!("{}.tmp", file_name(first)));
+    write_durably(dir, &file_name(first), bytes).map(drop)
+}
+
+/// Writes `dir/name` so that a crash leaves either the whole file or none by that name:
+/// `<name>.tmp`, fsynced, renamed, the directory fsynced (snapshots and checkpoints alike).
+pub fn write_durably(dir: &Path, name: &str, bytes: &[u8]) -> Result<PathBuf, String> {
+    let path = dir.join(name);
+    let tmp = dir.join(format!("{name}.tmp"));
     let w = || -> std::io::Result<()> {
         let mut f = std::fs::File::create(&tmp)?;
         f.write_all(bytes)?;
@@ -128,7 +134,8 @@ pub fn write(dir: &Path, first: u64, bytes: &[u8]) -> Result<(), String> {
         std::fs::rename(&tmp, &path)
     };
     w().map_err(|e| format!("write {}: {e}", path.display()))?;
-    sync_dir(dir)
+    sync_dir(dir)?;
+    Ok(path)
 }
 
 /// Bytes from `at` (at most `max`) of the snapshot at `first` in `dir`, and its size: what
@@ -156,12 +163,17 @@ pub async fn piece_off_executor(dir: &Path, first: u64, at: u64, max: usize) -> 
 
 /// The snapshots in `dir`, ascending.
 pub fn list(dir: &Path) -> Result<Vec<(u64, PathBuf)>, String> {
+    list_numbered(dir, "index-", ".snap")
+}
+
+/// The files `<prefix><number><suffix>` in `dir`, ascending by number.
+pub fn list_numbered(dir: &Path, prefix: &str, suffix: &str) -> Result<Vec<(u64, PathBuf)>, String> {
     let rd = std::fs::read_dir(dir).map_err(|e| format!("read {}: {e}", dir.display()))?;
     let mut v = Vec::new();
     for ent in rd {
         let ent = ent.map_err(|e| e.to_string())?;
         let name = ent.file_name().to_string_lossy().to_string();
-        if let Some(n) = name.strip_prefix("index-").and_then(|n| n.strip_suffix(".snap")) {
+        if let Some(n) = name.strip_prefix(prefix).and_then(|n| n.strip_suffix(suffix)) {
             if let Ok(n) = n.parse::<u64>() {
                 v.push((n, ent.path()));
             }

@@ -49,6 +49,27 @@ impl PeerName {
     }
 }
 
+/// The signature checks of a verifier that adds only the peer-name check: those of its
+/// `inner` verifier, unchanged (the client- and server-side traits declare the same ones).
+macro_rules! delegate_signatures {
+    ($($verify:ident),+) => {
+        $(
+            fn $verify(
+                &self,
+                message: &[u8],
+                cert: &CertificateDer<'_>,
+                dss: &DigitallySignedStruct,
+            ) -> Result<HandshakeSignatureValid, rustls::Error> {
+                self.inner.$verify(message, cert, dss)
+            }
+        )+
+
+        fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+            self.inner.supported_verify_schemes()
+        }
+    };
+}
+
 /// Follower side: the client-CA verifier, then the peer name.
 #[derive(Debug)]
 pub struct LeaderVerifier {
@@ -72,27 +93,7 @@ impl ClientCertVerifier for LeaderVerifier {
         Ok(ok)
     }
 
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.inner.verify_tls12_signature(message, cert, dss)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.inner.verify_tls13_signature(message, cert, dss)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.inner.supported_verify_schemes()
-    }
+    delegate_signatures!(verify_tls12_signature, verify_tls13_signature);
 }
 
 /// Leader side: the CA and server-name verifier, then the peer name.
@@ -116,25 +117,5 @@ impl ServerCertVerifier for FollowerVerifier {
         Ok(ok)
     }
 
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.inner.verify_tls12_signature(message, cert, dss)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.inner.verify_tls13_signature(message, cert, dss)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.inner.supported_verify_schemes()
-    }
+    delegate_signatures!(verify_tls12_signature, verify_tls13_signature);
 }

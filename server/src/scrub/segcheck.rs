@@ -309,12 +309,11 @@ impl SegCheck {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scrub::testdata::{check, index_of, segment, LEN};
+    use crate::scrub::testdata::{check, segment};
 
     #[test]
     fn a_whole_segment_passes_with_and_without_its_index_in_any_pieces() {
-        let (seg, _) = segment(1000, 20, 3, LEN);
-        let ix = index_of(&seg, 1000, 1060);
+        let (seg, _, ix) = segment(1000, 20, 3);
         for step in [1, 77, 4096, 5000, 1 << 20] {
             assert_eq!(check(&seg, 1000, 1060, Some(ix.clone()), step), vec![], "step {step}");
             assert_eq!(check(&seg, 1000, 1060, None, step), vec![], "step {step}");
@@ -323,8 +322,7 @@ mod tests {
 
     #[test]
     fn a_flipped_record_byte_names_its_batch_and_the_batches_after_it_are_still_checked() {
-        let (mut seg, at) = segment(1000, 20, 3, LEN);
-        let ix = index_of(&seg, 1000, 1060);
+        let (mut seg, at, ix) = segment(1000, 20, 3);
         seg[at[7] as usize + 32 + 24 + 5] ^= 0x10; // a payload byte of offset 1021
         seg[at[12] as usize + 32 + 124 + 125 + 24 + 3] ^= 0x01; // a payload byte of 1038
         let found = check(&seg, 1000, 1060, Some(ix), 4096);
@@ -341,8 +339,7 @@ mod tests {
 
     #[test]
     fn what_the_index_says_is_checked_and_so_is_the_tail() {
-        let (seg, at) = segment(0, 10, 2, LEN);
-        let ix = index_of(&seg, 0, 20);
+        let (seg, at, ix) = segment(0, 10, 2);
         let mut wrong = ix.clone();
         wrong.digest ^= 1;
         let found = check(&seg, 0, 20, Some(wrong), 4096);
@@ -370,8 +367,7 @@ mod tests {
 
     #[test]
     fn damage_everywhere_is_itemised_up_to_a_bound_then_reported_as_one() {
-        let (mut seg, at) = segment(0, 40, 1, LEN);
-        let ix = index_of(&seg, 0, 40);
+        let (mut seg, at, ix) = segment(0, 40, 1);
         seg[at[2] as usize..at[39] as usize + 4096].fill(0);
         let found = check(&seg, 0, 40, Some(ix), 1 << 20);
         assert_eq!(found.len(), MAX_FINDINGS, "{found:?}");
@@ -383,8 +379,7 @@ mod tests {
 
     #[test]
     fn a_read_error_ends_the_check_of_the_segment() {
-        let (seg, at) = segment(0, 10, 2, LEN);
-        let ix = index_of(&seg, 0, 20);
+        let (seg, at, ix) = segment(0, 10, 2);
         let mut c = SegCheck::new(0, 20, Some(ix));
         c.feed(&seg[..at[3] as usize]);
         c.read_failed(at[3], &std::io::Error::other("Input/output error"));

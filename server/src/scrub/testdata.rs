@@ -9,8 +9,9 @@ use crate::wal::batch;
 use crate::wal::segidx::SegIdx;
 
 /// A sealed segment of `batches` batches of `per` records from offset `first`
-/// (records of 100 + i bytes), `len` bytes long: (bytes, each batch's position).
-pub(super) fn segment(first: u64, batches: usize, per: u32, len: usize) -> (Vec<u8>, Vec<u64>) {
+/// (records of 100 + i bytes), `LEN` bytes long: (bytes, each batch's position, the
+/// index file a start would write for it).
+pub(super) fn segment(first: u64, batches: usize, per: u32) -> (Vec<u8>, Vec<u64>, SegIdx) {
     let mut out = Vec::new();
     let mut at = Vec::new();
     let mut o = first;
@@ -27,13 +28,14 @@ pub(super) fn segment(first: u64, batches: usize, per: u32, len: usize) -> (Vec<
         at.push(out.len() as u64);
         out.extend_from_slice(&b);
     }
-    assert!(out.len() <= len);
-    out.resize(len, 0);
-    (out, at)
+    assert!(out.len() <= LEN);
+    out.resize(LEN, 0);
+    let ix = index_of(&out, first, o);
+    (out, at, ix)
 }
 
 /// The index file a start would write for `bytes` (scanned from a file).
-pub(super) fn index_of(bytes: &[u8], first: u64, next: u64) -> SegIdx {
+fn index_of(bytes: &[u8], first: u64, next: u64) -> SegIdx {
     let dir = std::env::temp_dir().join(format!("scrub-unit-{}-{}", std::process::id(), rand::random::<u32>()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join(crate::wal::recovery::segment_name(first));
@@ -55,4 +57,4 @@ pub(super) fn check(bytes: &[u8], first: u64, next: u64, idx: Option<SegIdx>, st
     c.finish()
 }
 
-pub(super) const LEN: usize = 64 * 4096;
+const LEN: usize = 64 * 4096;

@@ -121,12 +121,11 @@ fn check_batch(a: &[u8], at: &Place<'_>) -> Result<Verdict, String> {
 
 #[cfg(test)]
 mod tests {
-    use crate::scrub::testdata::{check, index_of, segment, LEN};
+    use crate::scrub::testdata::{check, segment};
 
     #[test]
     fn damage_the_frame_checks_find_is_named() {
-        let (seg, at) = segment(0, 10, 2, LEN);
-        let ix = index_of(&seg, 0, 20);
+        let (seg, at, ix) = segment(0, 10, 2);
         let cases: [(usize, u8, &str); 6] = [
             (0, 0xff, "magic"),
             (5, 1, "flags"),

@@ -53,10 +53,7 @@ where
     F: FnOnce(Rc<Shard>) -> Fut + Send + 'static,
     Fut: Future<Output = ()>,
 {
-    // Under target/ (a real disk filesystem: O_DIRECT), not /tmp.
-    let base = concat!(env!("CARGO_MANIFEST_DIR"), "/../target/tmp");
-    std::fs::create_dir_all(base).unwrap();
-    let dir = tempfile::tempdir_in(base).unwrap();
+    let dir = crate::wal::disk_tempdir();
     let d = dir.path().to_path_buf();
     glommio::LocalExecutorBuilder::default()
         .spawn(move || async move {

@@ -270,6 +270,16 @@ pub fn out_of_line(offset: u64, version: u64, name: &str, next: u64) -> String {
 }
 
 #[cfg(test)]
+impl Streams {
+    /// Notes each (stream, version, offset) in order; every one must fit.
+    pub(crate) fn note_all(&mut self, events: &[(&str, u64, u64)]) {
+        for &(name, version, offset) in events {
+            self.note(name, version, offset).unwrap();
+        }
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
@@ -278,9 +288,7 @@ mod tests {
         let mut s = Streams::default();
         assert_eq!(s.check("a", Expect::Exact(0)), Err(None));
         assert_eq!(s.check("a", Expect::NoStream), Ok(0));
-        s.note("a", 0, 10).unwrap();
-        s.note("b", 0, 11).unwrap();
-        s.note("a", 1, 12).unwrap();
+        s.note_all(&[("a", 0, 10), ("b", 0, 11), ("a", 1, 12)]);
         assert_eq!(s.check("a", Expect::NoStream), Err(Some(1)));
         assert_eq!(s.check("a", Expect::Exact(0)), Err(Some(1)));
         assert_eq!(s.check("a", Expect::Exact(1)), Ok(2));
@@ -295,15 +303,12 @@ mod tests {
     #[test]
     fn forget_from_takes_back_versions() {
         let mut s = Streams::default();
-        s.note("a", 0, 1).unwrap();
-        s.note("b", 0, 2).unwrap();
-        s.note("a", 1, 3).unwrap();
+        s.note_all(&[("a", 0, 1), ("b", 0, 2), ("a", 1, 3)]);
         s.forget_from(2);
         assert_eq!(s.current("a"), Some(0));
         assert_eq!(s.current("b"), None);
         assert_eq!((s.len(), s.events()), (1, 1));
-        s.note("a", 1, 2).unwrap();
-        s.note("b", 0, 3).unwrap();
+        s.note_all(&[("a", 1, 2), ("b", 0, 3)]);
         assert_eq!(s.current("a"), Some(1));
     }
 }

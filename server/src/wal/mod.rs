@@ -25,3 +25,13 @@ pub mod segidx;
 pub mod segread;
 
 pub use log::Log;
+
+/// A fresh directory for a unit test of Direct I/O, removed when dropped. Under target/,
+/// on the disk filesystem the build uses: /tmp may be a tmpfs, which refuses O_DIRECT
+/// and has no extents for FIEMAP to report.
+#[cfg(test)]
+pub(crate) fn disk_tempdir() -> tempfile::TempDir {
+    let base = concat!(env!("CARGO_MANIFEST_DIR"), "/../target/tmp");
+    std::fs::create_dir_all(base).unwrap();
+    tempfile::tempdir_in(base).unwrap()
+}

@@ -254,9 +254,7 @@ mod tests {
     /// ranges asked read back as zeros, the bytes around them are untouched.
     #[test]
     fn zero_range_writes_zeros_exactly_where_asked() {
-        let base = concat!(env!("CARGO_MANIFEST_DIR"), "/../target/tmp");
-        std::fs::create_dir_all(base).unwrap();
-        let dir = tempfile::tempdir_in(base).unwrap();
+        let dir = crate::wal::disk_tempdir();
         let path = dir.path().join("z");
         const LEN: usize = 5 * 1024 * 1024;
         std::fs::write(&path, vec![0xABu8; LEN]).unwrap();
@@ -285,10 +283,7 @@ mod tests {
     /// the writer are written extents, and a cut followed by more writes stays intact.
     #[test]
     fn zero_ahead_never_lands_on_a_batch() {
-        // Under target/ (a real disk filesystem: O_DIRECT and FIEMAP), not /tmp.
-        let base = concat!(env!("CARGO_MANIFEST_DIR"), "/../target/tmp");
-        std::fs::create_dir_all(base).unwrap();
-        let dir = tempfile::tempdir_in(base).unwrap();
+        let dir = crate::wal::disk_tempdir();
         let d = dir.path().to_path_buf();
         glommio::LocalExecutorBuilder::default()
             .spawn(move || async move {
