@@ -325,9 +325,16 @@ class Producer:
         self.close()
 
 
+It = TypeVar("It", bound="_Iter")
+
+
 class _Iter:
-    def __init__(self, loop: _Loop) -> None:
+    """What a blocking tail and a blocking subscription share: the asyncio one (``_it``)
+    driven on the client's loop, started by ``with``, ended by ``close``."""
+
+    def __init__(self, loop: _Loop, it: Any) -> None:
         self._loop = loop
+        self._it = it
 
     def _call(self, aw: Awaitable[T]) -> T:
         async def go() -> T:
@@ -335,28 +342,33 @@ class _Iter:
 
         return self._loop.run(go())
 
+    def __enter__(self: It) -> It:
+        self._call(self._it.start())
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __iter__(self: It) -> It:
+        return self
+
+    def close(self) -> None:
+        """Ends the tail or subscription."""
+        if not self._loop.loop.is_closed():
+            self._call(self._it.close())
+
 
 class Tail(_Iter):
     """Blocking live tail: an iterator of records."""
 
     def __init__(self, loop: _Loop, t: aio.Tail) -> None:
-        super().__init__(loop)
+        super().__init__(loop, t)
         self._t = t
 
     @property
     def next_offset(self) -> int:
         """The offset after the last record handed out (where a new tail resumes)."""
         return self._t.next_offset
-
-    def __enter__(self) -> "Tail":
-        self._call(self._t.start())
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-    def __iter__(self) -> Iterator[Record]:
-        return self
 
     def __next__(self) -> Record:
         r = self._call(self._t.next())
@@ -368,17 +380,12 @@ class Tail(_Iter):
         """The next record; :class:`~corelog.errors.RequestTimeout` after ``timeout`` s."""
         return self._call(self._t.next(timeout))
 
-    def close(self) -> None:
-        """Ends the tail."""
-        if not self._loop.loop.is_closed():
-            self._call(self._t.close())
-
 
 class Subscription(_Iter):
     """Blocking subscription: an iterator of :class:`~corelog.types.Event`."""
 
     def __init__(self, loop: _Loop, s: aio.Subscription) -> None:
-        super().__init__(loop)
+        super().__init__(loop, s)
         self._s = s
 
     @property
@@ -391,24 +398,9 @@ class Subscription(_Iter):
         """The version after the last event handed out (to resume a stream)."""
         return self._s.next_version
 
-    def __enter__(self) -> "Subscription":
-        self._call(self._s.start())
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-    def __iter__(self) -> Iterator[Event]:
-        return self
-
     def __next__(self) -> Event:
         return self._call(self._s.next())
 
     def next(self, timeout: Optional[float] = None) -> Event:
         """The next event; :class:`~corelog.errors.RequestTimeout` after ``timeout`` s."""
         return self._call(self._s.next(timeout))
-
-    def close(self) -> None:
-        """Ends the subscription."""
-        if not self._loop.loop.is_closed():
-            self._call(self._s.close())
