@@ -12,14 +12,9 @@ variable "name_prefix" {
   type        = string
 }
 
-variable "leader_ip" {
-  description = "Private IP address of the leader (a SAN of its certificate)."
-  type        = string
-}
-
-variable "follower_ip" {
-  description = "Private IP address of the follower (a SAN of its certificate)."
-  type        = string
+variable "node_ips" {
+  description = "Private IP address of each data node, by role (leader, follower): a SAN of its certificate."
+  type        = map(string)
 }
 
 variable "validity_hours" {
@@ -28,26 +23,26 @@ variable "validity_hours" {
 }
 
 locals {
-  leaves = {
-    leader = {
-      common_name = "${var.name_prefix}-leader"
-      dns_names   = ["leader.corelog.internal", "localhost"]
-      ips         = [var.leader_ip, "127.0.0.1"]
-      uses        = ["digital_signature", "key_agreement", "server_auth", "client_auth"]
-    }
-    follower = {
-      common_name = "${var.name_prefix}-follower"
-      dns_names   = ["follower.corelog.internal", "localhost"]
-      ips         = [var.follower_ip, "127.0.0.1"]
-      uses        = ["digital_signature", "key_agreement", "server_auth", "client_auth"]
-    }
-    client = {
-      common_name = "${var.name_prefix}-loadgen"
-      dns_names   = []
-      ips         = []
-      uses        = ["digital_signature", "key_agreement", "client_auth"]
-    }
-  }
+  # A data node's certificate serves clients and the replication port, and is the leader's
+  # client certificate when it dials the follower; the load generators' is a client one only.
+  leaves = merge(
+    {
+      for role, ip in var.node_ips : role => {
+        common_name = "${var.name_prefix}-${role}"
+        dns_names   = ["${role}.corelog.internal", "localhost"]
+        ips         = [ip, "127.0.0.1"]
+        uses        = ["digital_signature", "key_agreement", "server_auth", "client_auth"]
+      }
+    },
+    {
+      client = {
+        common_name = "${var.name_prefix}-loadgen"
+        dns_names   = []
+        ips         = []
+        uses        = ["digital_signature", "key_agreement", "client_auth"]
+      }
+    },
+  )
 }
 
 resource "tls_private_key" "ca" {

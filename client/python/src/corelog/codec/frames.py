@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, fields
-from typing import ClassVar, Iterator, Optional, Tuple, Type, TypeVar, Union
+from typing import Any, ClassVar, Iterator, Optional, Tuple, Type, TypeVar, Union
 
 from .wire import CodecError, ErrorCode, FRAME_HEADER_LEN, MAX_FRAME
 
@@ -134,6 +134,10 @@ class _Fixed:
 
     _OP: ClassVar[int]
     _LAYOUT: ClassVar[str]
+
+    def __init_subclass__(cls, op: int, layout: str, **kw: Any) -> None:
+        super().__init_subclass__(**kw)
+        cls._OP, cls._LAYOUT = op, layout
 
     def encode(self, req_id: int = 0) -> bytes:
         values = (getattr(self, f.name) for f in fields(self))  # type: ignore[arg-type]

@@ -146,18 +146,14 @@ class Append2:
 
 
 @dataclass(frozen=True)
-class Read(_Fixed):
-    _OP, _LAYOUT = Op.READ, "<HQI"
-
+class Read(_Fixed, op=Op.READ, layout="<HQI"):
     shard: int
     from_offset: int
     max_bytes: int = MAX_READ_BYTES
 
 
 @dataclass(frozen=True)
-class Tail(_Fixed):
-    _OP, _LAYOUT = Op.TAIL, "<HQ"
-
+class Tail(_Fixed, op=Op.TAIL, layout="<HQ"):
     shard: int
     from_offset: int
 
@@ -191,12 +187,10 @@ class Subscribe:
 
 
 @dataclass(frozen=True)
-class Trim(_Fixed):
+class Trim(_Fixed, op=Op.TRIM, layout="<HQ"):
     """Version 2, retention: delete the node's whole segments of ``shard`` below
     ``before`` (answered with ``Trimmed``). Only servers with retention know it; others
     answer ``UnknownOpcode``."""
-
-    _OP, _LAYOUT = Op.TRIM, "<HQ"
 
     shard: int
     before: int

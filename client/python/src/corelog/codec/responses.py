@@ -70,9 +70,7 @@ class HelloOk:
 
 
 @dataclass(frozen=True)
-class Appended(_Fixed):
-    _OP, _LAYOUT = Op.APPENDED, "<HQ"
-
+class Appended(_Fixed, op=Op.APPENDED, layout="<HQ"):
     shard: int
     offset: int
 
@@ -170,10 +168,8 @@ class OutOfRangeResponse:
 
 
 @dataclass(frozen=True)
-class Trimmed(_Fixed):
+class Trimmed(_Fixed, op=Op.TRIMMED, layout="<HQ"):
     """Answer to ``Trim``: the node's first offset of the shard now."""
-
-    _OP, _LAYOUT = Op.TRIMMED, "<HQ"
 
     shard: int
     first_offset: int
