@@ -45,13 +45,27 @@ locals {
   )
 }
 
-resource "tls_private_key" "ca" {
+# Every certificate's key, the CA's included.
+resource "tls_private_key" "this" {
+  for_each    = setunion(["ca"], keys(local.leaves))
   algorithm   = "ECDSA"
   ecdsa_curve = "P256"
 }
 
+# The keys' addresses when the CA's and the leaves' were two resources: a stack applied
+# then keeps its keys, and so its certificates and instances.
+moved {
+  from = tls_private_key.ca
+  to   = tls_private_key.this["ca"]
+}
+
+moved {
+  from = tls_private_key.leaf
+  to   = tls_private_key.this
+}
+
 resource "tls_self_signed_cert" "ca" {
-  private_key_pem       = tls_private_key.ca.private_key_pem
+  private_key_pem       = tls_private_key.this["ca"].private_key_pem
   is_ca_certificate     = true
   validity_period_hours = var.validity_hours
   allowed_uses          = ["cert_signing", "crl_signing", "digital_signature"]
@@ -62,15 +76,9 @@ resource "tls_self_signed_cert" "ca" {
   }
 }
 
-resource "tls_private_key" "leaf" {
-  for_each    = local.leaves
-  algorithm   = "ECDSA"
-  ecdsa_curve = "P256"
-}
-
 resource "tls_cert_request" "leaf" {
   for_each        = local.leaves
-  private_key_pem = tls_private_key.leaf[each.key].private_key_pem
+  private_key_pem = tls_private_key.this[each.key].private_key_pem
   dns_names       = each.value.dns_names
   ip_addresses    = each.value.ips
 
@@ -83,7 +91,7 @@ resource "tls_cert_request" "leaf" {
 resource "tls_locally_signed_cert" "leaf" {
   for_each              = local.leaves
   cert_request_pem      = tls_cert_request.leaf[each.key].cert_request_pem
-  ca_private_key_pem    = tls_private_key.ca.private_key_pem
+  ca_private_key_pem    = tls_private_key.this["ca"].private_key_pem
   ca_cert_pem           = tls_self_signed_cert.ca.cert_pem
   validity_period_hours = var.validity_hours
   allowed_uses          = each.value.uses
@@ -100,7 +108,7 @@ output "certs" {
   value = {
     for k, _ in local.leaves : k => {
       cert_pem = tls_locally_signed_cert.leaf[k].cert_pem
-      key_pem  = tls_private_key.leaf[k].private_key_pem_pkcs8
+      key_pem  = tls_private_key.this[k].private_key_pem_pkcs8
     }
   }
 }
