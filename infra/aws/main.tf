@@ -92,8 +92,7 @@ module "pki" {
   source = "./modules/pki"
 
   name_prefix    = var.name_prefix
-  leader_ip      = local.leader_ip
-  follower_ip    = local.follower_ip
+  node_ips       = { leader = local.leader_ip, follower = local.follower_ip }
   validity_hours = var.cert_validity_hours
 }
 

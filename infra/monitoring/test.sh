@@ -131,18 +131,20 @@ PROM_PORT=$((base + 12))
 PROM="http://127.0.0.1:$PROM_PORT"
 echo "--- live: ports from $base, temp dir $TMP"
 
-"$CORELOG" serve --role follower --insecure --shard-count 2 --segment-bytes 67108864 \
-  --data-dir "$TMP/follower" --listen "127.0.0.1:$F_CLIENT" --repl-listen "127.0.0.1:$F_REPL" \
-  --leader-addr "127.0.0.1:$L_CLIENT" --metrics-listen "127.0.0.1:$F_METRICS" \
-  >"$TMP/follower.log" 2>&1 &
-pids+=("$!")
-wait_http "http://127.0.0.1:$F_METRICS/health" 60 || { show_logs; exit 1; }
-"$CORELOG" serve --role leader --insecure --shard-count 2 --segment-bytes 67108864 \
-  --data-dir "$TMP/leader" --listen "127.0.0.1:$L_CLIENT" --repl-listen "127.0.0.1:$L_REPL" \
-  --follower-addr "127.0.0.1:$F_REPL" --metrics-listen "127.0.0.1:$L_METRICS" \
-  >"$TMP/leader.log" 2>&1 &
-pids+=("$!")
-wait_http "http://127.0.0.1:$L_METRICS/health" 60 || { show_logs; exit 1; }
+# Starts one node of the pair and waits for its /health: ROLE CLIENT_PORT REPL_PORT
+# METRICS_PORT, then the flag that names its peer.
+serve() {
+  local role=$1 client=$2 repl=$3 metrics=$4
+  shift 4
+  "$CORELOG" serve --role "$role" --insecure --shard-count 2 --segment-bytes 67108864 \
+    --data-dir "$TMP/$role" --listen "127.0.0.1:$client" --repl-listen "127.0.0.1:$repl" \
+    --metrics-listen "127.0.0.1:$metrics" "$@" >"$TMP/$role.log" 2>&1 &
+  pids+=("$!")
+  wait_http "http://127.0.0.1:$metrics/health" 60 || { show_logs; exit 1; }
+}
+
+serve follower "$F_CLIENT" "$F_REPL" "$F_METRICS" --leader-addr "127.0.0.1:$L_CLIENT"
+serve leader "$L_CLIENT" "$L_REPL" "$L_METRICS" --follower-addr "127.0.0.1:$F_REPL"
 echo "leader and follower healthy (metrics on $L_METRICS, $F_METRICS)"
 
 # The shipped prometheus.yml with its two targets pointed at this pair; alerts.yml beside it.

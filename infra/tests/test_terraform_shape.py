@@ -82,14 +82,25 @@ def _ingress(root):
     return resources(root, "aws_vpc_security_group_ingress_rule")
 
 
-def test_client_port_only_from_load_generators(root):
-    rules = [r for r in _ingress(root).values() if ref(r["from_port"]) == "var.client_port"]
-    assert len(rules) == 1
+def _only_ingress_from(root, from_port: str) -> dict:
+    """The one ingress rule opening ``from_port`` (a reference such as var.client_port),
+    on the data nodes' security group."""
+    rules = [r for r in _ingress(root).values() if ref(r["from_port"]) == from_port]
+    assert len(rules) == 1, f"{len(rules)} ingress rules from {from_port}"
     r = rules[0]
     assert ref(r["security_group_id"]) == "aws_security_group.data.id"
+    return r
+
+
+def _port_range_end(root, local: str) -> str:
+    """The expression of a port range's last port, white space removed."""
+    return re.sub(r"\s", "", ref(locals_of(root)[local]))
+
+
+def test_client_port_only_from_load_generators(root):
+    r = _only_ingress_from(root, "var.client_port")
     assert ref(r["to_port"]) == "local.client_port_last"
-    last = ref(locals_of(root)["client_port_last"])
-    assert re.sub(r"\s", "", last) == "var.client_port+var.client_direct_ports"
+    assert _port_range_end(root, "client_port_last") == "var.client_port+var.client_direct_ports"
     v = variables(root)
     assert one(v["client_port"]["default"]) + one(v["client_direct_ports"]["default"]) < one(v["replication_port_base"]["default"])
     assert ref(r["referenced_security_group_id"]) == "aws_security_group.loadgen.id"
@@ -97,22 +108,15 @@ def test_client_port_only_from_load_generators(root):
 
 
 def test_replication_ports_only_between_data_nodes(root):
-    rules = [r for r in _ingress(root).values() if ref(r["from_port"]) == "var.replication_port_base"]
-    assert len(rules) == 1
-    r = rules[0]
-    assert ref(r["security_group_id"]) == "aws_security_group.data.id"
+    r = _only_ingress_from(root, "var.replication_port_base")
     assert ref(r["referenced_security_group_id"]) == "aws_security_group.data.id"
     assert ref(r["to_port"]) == "local.replication_port_last"
-    last = ref(locals_of(root)["replication_port_last"])
-    assert re.sub(r"\s", "", last) == "var.replication_port_base+var.max_shards-1"
+    assert _port_range_end(root, "replication_port_last") == "var.replication_port_base+var.max_shards-1"
     assert "cidr_ipv4" not in r
 
 
 def test_metrics_only_from_admin_cidr(root):
-    rules = [r for r in _ingress(root).values() if ref(r["from_port"]) == "var.metrics_port"]
-    assert len(rules) == 1
-    r = rules[0]
-    assert ref(r["security_group_id"]) == "aws_security_group.data.id"
+    r = _only_ingress_from(root, "var.metrics_port")
     assert ref(r["cidr_ipv4"]) == "var.admin_cidr"
     assert "referenced_security_group_id" not in r
 

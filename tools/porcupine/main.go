@@ -93,6 +93,23 @@ func parseHistory(r io.Reader) (*history, error) {
 			}
 			return out, nil
 		}
+		// args checks the line against usage, word for word: lower-case words stand as
+		// they are, upper-case ones are numbers, returned in order.
+		args := func(usage string) ([]int64, error) {
+			want := strings.Fields(usage)
+			if len(f) != len(want) {
+				return nil, bad("expected: " + usage)
+			}
+			var vals []string
+			for i, w := range want {
+				if strings.ToUpper(w) == w {
+					vals = append(vals, f[i])
+				} else if f[i] != w {
+					return nil, bad("expected: " + usage)
+				}
+			}
+			return nums(vals)
+		}
 		switch f[0] {
 		case "tag":
 			if len(f) != 2 {
@@ -136,31 +153,20 @@ func parseHistory(r io.Reader) (*history, error) {
 			byID[id] = o
 			h.ops = append(h.ops, o)
 		case "shard":
-			// shard S start B len L
-			if len(f) != 6 || f[2] != "start" || f[4] != "len" {
-				return nil, bad("expected: shard S start B len L")
-			}
-			n, err := nums([]string{f[1], f[3], f[5]})
+			n, err := args("shard S start B len L")
 			if err != nil {
 				return nil, err
 			}
 			h.start[int(n[0])] = n[1]
 			h.readBack = true
 		case "found":
-			// found CONN SEQ SHARD OFFSET
-			if len(f) != 5 {
-				return nil, bad("expected: found CONN SEQ SHARD OFFSET")
-			}
-			n, err := nums(f[1:])
+			n, err := args("found CONN SEQ SHARD OFFSET")
 			if err != nil {
 				return nil, err
 			}
 			found = append(found, [5]int64{n[0], n[1], n[2], n[3], int64(line)})
 		case "foreign":
-			if len(f) != 3 {
-				return nil, bad("expected: foreign SHARD OFFSET")
-			}
-			n, err := nums(f[1:])
+			n, err := args("foreign SHARD OFFSET")
 			if err != nil {
 				return nil, err
 			}

@@ -23,33 +23,53 @@
 
 #![no_main]
 
-use corelog_client::codec::{decode_frame, Frame, Repl, Request, Response, FRAME_HEADER_LEN, MAX_FRAME};
+use corelog_client::codec::{decode_frame, CodecError, Frame, Repl, Request, Response, FRAME_HEADER_LEN, MAX_FRAME};
 use corelog_client::record::{self, RecordRef, Records, RECORD_HEADER_LEN};
 use libfuzzer_sys::fuzz_target;
 
 /// Longest `Error` message the encoder keeps (it cuts on a char boundary).
 const MAX_ERROR_MESSAGE: usize = 1024;
 
-fn check_request(f: &Frame<'_>, wire: &[u8]) {
-    let req = match Request::parse(f) {
-        Ok(r) => r,
-        Err(e) => {
-            let _ = (e.code(), e.to_string());
-            return;
-        }
-    };
-    let mut out = Vec::new();
-    req.encode(f.req_id, &mut out);
-    let (f2, used) = decode_frame(&out).expect("re-encoded request decodes").expect("whole frame");
-    assert_eq!(used, out.len(), "re-encoded request: frame length");
-    assert_eq!(f2.req_id, f.req_id, "re-encoded request: req_id");
-    assert_eq!(Request::parse(&f2).expect("re-encoded request parses"), req, "decode(encode(x)) != x");
-    assert_eq!(out, wire, "request encoding is not canonical");
+/// What parsed, or `None` once the error's code and text have been produced (neither
+/// may panic).
+fn parsed<T>(r: Result<T, CodecError>) -> Option<T> {
+    r.map_err(|e| {
+        let _ = (e.code(), e.to_string());
+    })
+    .ok()
 }
 
-fn check_error_message(original: &str, reencoded: &str) {
+/// The one frame `out` holds, which must be the whole of it, with `req_id`.
+fn reencoded<'a>(out: &'a [u8], req_id: u64, what: &str) -> Frame<'a> {
+    let (f, used) = decode_frame(out)
+        .unwrap_or_else(|e| panic!("re-encoded {what} does not decode: {e}"))
+        .unwrap_or_else(|| panic!("re-encoded {what}: not a whole frame"));
+    assert_eq!(used, out.len(), "re-encoded {what}: frame length");
+    assert_eq!(f.req_id, req_id, "re-encoded {what}: req_id");
+    f
+}
+
+fn check_request(f: &Frame<'_>, wire: &[u8]) {
+    let Some(req) = parsed(Request::parse(f)) else { return };
+    let mut out = Vec::new();
+    req.encode(f.req_id, &mut out);
+    let f2 = reencoded(&out, f.req_id, "request");
+    check_same(&Request::parse(&f2).expect("re-encoded request parses"), &req, out == wire, "request");
+}
+
+/// What a re-encoded frame parses to (`again`) is what was encoded, and the encoding is
+/// `canonical` (the input's bytes).
+fn check_same<T: PartialEq + std::fmt::Debug>(again: &T, original: &T, canonical: bool, what: &str) {
+    assert_eq!(again, original, "{what}: decode(encode(x)) != x");
+    assert!(canonical, "{what} encoding is not canonical");
+}
+
+/// A re-encoded error frame keeps its message, or the prefix the encoder cuts it to;
+/// `canonical` (its bytes equal the input's) must hold unless the message was cut.
+fn check_error_message(original: &str, reencoded: &str, canonical: bool, what: &str) {
     if original.len() <= MAX_ERROR_MESSAGE {
         assert_eq!(original, reencoded, "error message changed");
+        assert!(canonical, "{what} encoding is not canonical");
     } else {
         assert!(reencoded.len() <= MAX_ERROR_MESSAGE && reencoded.len() + 4 > MAX_ERROR_MESSAGE);
         assert!(original.starts_with(reencoded), "error message not cut to a prefix");
@@ -62,13 +82,7 @@ fn check_records_body(records: &[u8], first: u64, count: u32) {
 }
 
 fn check_response(f: &Frame<'_>, wire: &[u8]) {
-    let resp = match Response::parse(f) {
-        Ok(r) => r,
-        Err(e) => {
-            let _ = (e.code(), e.to_string());
-            return;
-        }
-    };
+    let Some(resp) = parsed(Response::parse(f)) else { return };
     if let Response::Records { next_offset, count, records, .. } = &resp {
         check_records_body(records, next_offset.wrapping_sub(*count as u64), *count);
     }
@@ -77,73 +91,44 @@ fn check_response(f: &Frame<'_>, wire: &[u8]) {
     }
     let mut out = Vec::new();
     resp.encode(f.req_id, &mut out);
-    let (f2, used) = decode_frame(&out).expect("re-encoded response decodes").expect("whole frame");
-    assert_eq!(used, out.len());
-    assert_eq!(f2.req_id, f.req_id);
+    let f2 = reencoded(&out, f.req_id, "response");
     let again = Response::parse(&f2).expect("re-encoded response parses");
+    let canonical = out == wire;
     match (&resp, &again) {
         (Response::Error { code: c1, message: m1 }, Response::Error { code: c2, message: m2 }) => {
             assert_eq!(c1, c2);
-            check_error_message(m1, m2);
-            if m1.len() <= MAX_ERROR_MESSAGE {
-                assert_eq!(out, wire, "error response encoding is not canonical");
-            }
+            check_error_message(m1, m2, canonical, "error response");
         }
         (Response::OutOfRange { first: a, message: m1 }, Response::OutOfRange { first: b, message: m2 }) => {
             assert_eq!(a, b);
-            check_error_message(m1, m2);
-            if m1.len() <= MAX_ERROR_MESSAGE {
-                assert_eq!(out, wire, "OutOfRange encoding is not canonical");
-            }
+            check_error_message(m1, m2, canonical, "OutOfRange");
         }
-        (
-            Response::WrongVersion { current: v1, message: m1 },
-            Response::WrongVersion { current: v2, message: m2 },
-        ) => {
+        (Response::WrongVersion { current: v1, message: m1 }, Response::WrongVersion { current: v2, message: m2 }) => {
             assert_eq!(v1, v2);
-            check_error_message(m1, m2);
-            if m1.len() <= MAX_ERROR_MESSAGE {
-                assert_eq!(out, wire, "WrongExpectedVersion encoding is not canonical");
-            }
+            check_error_message(m1, m2, canonical, "WrongExpectedVersion");
         }
-        _ => {
-            assert_eq!(again, resp, "decode(encode(x)) != x");
-            assert_eq!(out, wire, "response encoding is not canonical");
-        }
+        _ => check_same(&again, &resp, canonical, "response"),
     }
 }
 
 fn check_repl(f: &Frame<'_>, wire: &[u8]) {
-    let repl = match Repl::parse(f) {
-        Ok(r) => r,
-        Err(e) => {
-            let _ = (e.code(), e.to_string());
-            return;
-        }
-    };
+    let Some(repl) = parsed(Repl::parse(f)) else { return };
     if let Repl::Batch { first_offset, count, records, .. } = &repl {
         // Exactly what a follower runs on a received batch.
         check_records_body(records, *first_offset, *count);
     }
     let mut out = Vec::new();
     repl.encode(&mut out);
-    let (f2, used) = decode_frame(&out).expect("re-encoded repl frame decodes").expect("whole frame");
-    assert_eq!(used, out.len());
-    assert_eq!(f2.req_id, 0, "replication frames carry req_id 0");
+    // Replication frames carry req_id 0.
+    let f2 = reencoded(&out, 0, "repl frame");
     let again = Repl::parse(&f2).expect("re-encoded repl frame parses");
     let same_bytes_but_req_id = out[..5] == wire[..5] && out[13..] == wire[13..];
     match (&repl, &again) {
         (Repl::Error { code: c1, message: m1 }, Repl::Error { code: c2, message: m2 }) => {
             assert_eq!(c1, c2);
-            check_error_message(m1, m2);
-            if m1.len() <= MAX_ERROR_MESSAGE {
-                assert!(same_bytes_but_req_id, "repl error encoding is not canonical");
-            }
+            check_error_message(m1, m2, same_bytes_but_req_id, "repl error");
         }
-        _ => {
-            assert_eq!(again, repl, "decode(encode(x)) != x");
-            assert!(same_bytes_but_req_id, "repl encoding is not canonical");
-        }
+        _ => check_same(&again, &repl, same_bytes_but_req_id, "repl"),
     }
 }
 

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, TypeVar
 
 import pytest
 
@@ -238,18 +238,31 @@ def pair(tmp_path_factory: pytest.TempPathFactory, certs: Path) -> Iterator[Pair
 @pytest.fixture
 def make_pair(tmp_path_factory: pytest.TempPathFactory, certs: Path) -> Iterator[Callable[..., Pair]]:
     """Dedicated pairs for tests that stop, pause or promote nodes."""
-    made: List[Pair] = []
 
-    def make(leader_extra: Tuple[str, ...] = (), follower_extra: Tuple[str, ...] = ()) -> Pair:
-        p = Pair(tmp_path_factory.mktemp("own"), certs, leader_extra, follower_extra)
-        made.append(p)
-        return p.start()
+    def new(leader_extra: Tuple[str, ...] = (), follower_extra: Tuple[str, ...] = ()) -> Pair:
+        return Pair(tmp_path_factory.mktemp("own"), certs, leader_extra, follower_extra)
+
+    yield from _started_each(new)
+
+
+Cluster = TypeVar("Cluster", "Pair", "CoordPair")
+
+
+def _started_each(new: Callable[..., Cluster]) -> Iterator[Callable[..., Cluster]]:
+    """A fixture's factory: each call starts what ``new`` builds; every one is stopped
+    when the test ends, whatever it left running."""
+    made: List[Cluster] = []
+
+    def make(*args: Any, **kwargs: Any) -> Cluster:
+        c = new(*args, **kwargs)
+        made.append(c)
+        return c.start()
 
     try:
         yield make
     finally:
-        for p in made:
-            p.stop()
+        for c in made:
+            c.stop()
 
 
 class Etcd:
@@ -450,18 +463,7 @@ class Trimmed:
 @pytest.fixture
 def make_coord(tmp_path_factory: pytest.TempPathFactory, certs: Path) -> Iterator[Callable[[], CoordPair]]:
     """Coordinator-mode pairs (etcd + two nodes) for tests that kill and fail over."""
-    made: List[CoordPair] = []
-
-    def make() -> CoordPair:
-        p = CoordPair(tmp_path_factory.mktemp("coord"), certs)
-        made.append(p)
-        return p.start()
-
-    try:
-        yield make
-    finally:
-        for p in made:
-            p.stop()
+    yield from _started_each(lambda: CoordPair(tmp_path_factory.mktemp("coord"), certs))
 
 
 @pytest.fixture(scope="session")

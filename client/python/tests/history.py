@@ -23,7 +23,7 @@ import random
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 
 import corelog
 import corelog.aio
@@ -266,6 +266,17 @@ class Faults:
 # ----------------------------------------------------------------------------- workloads
 
 
+def kinds_in_turn(first: int, stopping: Callable[[], bool]) -> Iterator[str]:
+    """What a worker appends next: plain, stream and producer appends in turn, each
+    worker from its own starting point (``first``) so that all three run at once, until
+    ``stopping()``."""
+    kinds = ("append", "stream", "producer")
+    k = first
+    while not stopping():
+        yield kinds[k % 3]
+        k += 1
+
+
 class AioWorkload:
     """The asyncio client's workload, on an event loop thread of its own: ``workers``
     tasks each keep one operation in flight (plain, stream or producer append, in
@@ -318,13 +329,9 @@ class AioWorkload:
             return None
 
     async def _worker(self, i: int) -> None:
-        kinds = ["append", "stream", "producer"]
         p: Optional[corelog.aio.Producer] = None
-        k = i
         try:
-            while not self.stopping:
-                kind = kinds[k % 3]
-                k += 1
+            for kind in kinds_in_turn(i, lambda: self.stopping):
                 if kind == "producer" and (p is None or stopped(p)):
                     if p is not None:
                         await p.close()
@@ -423,13 +430,9 @@ class SyncWorkload:
             return settle(op, err=e)
 
     def _worker(self, i: int) -> None:
-        kinds = ["append", "stream", "producer"]
         p: Optional[corelog.Producer] = None
-        k = i
         try:
-            while not self.stopping:
-                kind = kinds[k % 3]
-                k += 1
+            for kind in kinds_in_turn(i, lambda: self.stopping):
                 if kind == "producer" and (p is None or stopped(p)):
                     try:
                         p = self.client.producer(i % SHARDS)

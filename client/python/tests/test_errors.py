@@ -18,6 +18,7 @@ import urllib.request
 import struct
 import subprocess
 import time
+from typing import Tuple
 
 import pytest
 
@@ -75,6 +76,16 @@ def _leader_shard_port(pair: Pair, shard: int) -> int:
     return pair.leader.client_port + 1 + shard
 
 
+def _error_then_close(c: RawConn, req_id: int) -> Tuple[int, str]:
+    """The error (code, message) answering request ``req_id``, once the server has
+    closed the connection after it, sending nothing more."""
+    f = c.frame()
+    assert f is not None and f.req_id == req_id
+    err = error_of(codec.parse_response(f))
+    assert c.closed_after()
+    return err
+
+
 def test_bad_frame(pair: Pair) -> None:
     # A body of the wrong size (Read one byte short): error, then the server closes.
     with _raw(pair, _leader_shard_port(pair, 0)) as c:
@@ -89,10 +100,7 @@ def test_bad_frame(pair: Pair) -> None:
     with _raw(pair, pair.leader.client_port) as c:
         c.hello()
         c.send(struct.pack("<I", 3) + b"\x02\x00\x00")
-        f = c.frame()
-        assert f is not None and f.req_id == 0
-        assert error_of(codec.parse_response(f))[0] == ErrorCode.BAD_FRAME
-        assert c.closed_after()
+        assert _error_then_close(c, 0)[0] == ErrorCode.BAD_FRAME
     # Hello with a bad magic.
     with _raw(pair, pair.leader.client_port) as c:
         c.send(frame(codec.Op.HELLO, 1, b"XLOG\x02\x00"))
@@ -103,10 +111,7 @@ def test_unknown_opcode(pair: Pair) -> None:
     with _raw(pair, pair.leader.client_port) as c:
         c.hello()
         c.send(frame(0x7E, 9, b""))
-        f = c.frame()
-        assert f is not None and f.req_id == 9
-        assert error_of(codec.parse_response(f))[0] == ErrorCode.UNKNOWN_OPCODE
-        assert c.closed_after()
+        assert _error_then_close(c, 9)[0] == ErrorCode.UNKNOWN_OPCODE
     # A response opcode sent as a request is not a request either.
     with _raw(pair, pair.leader.client_port) as c:
         c.hello()
@@ -119,10 +124,7 @@ def test_too_large(pair: Pair) -> None:
     with _raw(pair, pair.leader.client_port) as c:
         c.hello()
         c.send(struct.pack("<I", codec.MAX_REQUEST_FRAME - 3))
-        f = c.frame()
-        assert f is not None and f.req_id == 0
-        assert error_of(codec.parse_response(f))[0] == ErrorCode.TOO_LARGE
-        assert c.closed_after()
+        assert _error_then_close(c, 0)[0] == ErrorCode.TOO_LARGE
     # An Append payload one byte above 64 KiB (the frame itself is within bounds).
     with _raw(pair, pair.leader.client_port) as c:
         c.hello()
@@ -304,10 +306,7 @@ def test_out_of_range(trimmed: Trimmed) -> None:
 def test_bad_handshake(pair: Pair) -> None:
     with _raw(pair, pair.leader.client_port) as c:
         c.send(Read(0, 0, 10).encode(4))
-        f = c.frame()
-        assert f is not None and f.req_id == 4
-        assert error_of(codec.parse_response(f)) == (ErrorCode.BAD_HANDSHAKE, "first frame must be Hello")
-        assert c.closed_after()
+        assert _error_then_close(c, 4) == (ErrorCode.BAD_HANDSHAKE, "first frame must be Hello")
 
 
 def test_unexpected_after_tail(pair: Pair) -> None:
@@ -315,10 +314,7 @@ def test_unexpected_after_tail(pair: Pair) -> None:
         c.hello()
         c.send(Tail(0, 10**12).encode(6))  # far past the end: nothing is pushed
         c.send(Hello().encode(7))
-        f = c.frame()
-        assert f is not None and f.req_id == 6
-        assert error_of(codec.parse_response(f))[0] == ErrorCode.UNEXPECTED
-        assert c.closed_after()
+        assert _error_then_close(c, 6)[0] == ErrorCode.UNEXPECTED
 
 
 def test_producer_sequence_errors(pair: Pair) -> None:

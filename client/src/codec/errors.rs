@@ -5,10 +5,9 @@ use std::fmt;
 
 use super::MAX_PAYLOAD;
 
+wire_enum! {
 /// Error codes carried by `Response::Error`. Stable: documented in docs/protocol.md.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u16)]
-pub enum ErrorCode {
+pub enum ErrorCode: u16, from from_u16 {
     BadFrame = 1,
     UnknownOpcode = 2,
     TooLarge = 3,
@@ -58,38 +57,6 @@ pub enum ErrorCode {
     /// stays.
     Forbidden = 24,
 }
-
-impl ErrorCode {
-    pub fn from_u16(v: u16) -> Option<ErrorCode> {
-        use ErrorCode::*;
-        Some(match v {
-            1 => BadFrame,
-            2 => UnknownOpcode,
-            3 => TooLarge,
-            4 => BadVersion,
-            5 => NotLeader,
-            6 => NoSuchShard,
-            7 => OutOfRange,
-            8 => ReplicationTimeout,
-            9 => Overloaded,
-            10 => Fenced,
-            11 => ShuttingDown,
-            12 => Internal,
-            13 => BadHandshake,
-            14 => Unexpected,
-            15 => Unavailable,
-            16 => Diverged,
-            17 => OutcomeUnknown,
-            18 => SequenceGap,
-            19 => UnknownProducer,
-            20 => StaleSequence,
-            21 => WrongExpectedVersion,
-            22 => WrongShard,
-            23 => BadRequest,
-            24 => Forbidden,
-            _ => return None,
-        })
-    }
 }
 
 /// Why bytes could not be decoded. A decoding error always ends the connection (after

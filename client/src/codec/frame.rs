@@ -57,6 +57,17 @@ pub(super) fn finish_frame(out: &mut [u8], at: usize) {
     out[at..at + 4].copy_from_slice(&len.to_le_bytes());
 }
 
+/// A whole frame whose body is `parts` one after the other: most bodies are fixed-width
+/// little-endian fields (`x.to_le_bytes()`), with at most a length-prefixed name or a
+/// trailing byte run among them, so one list of parts says the whole layout.
+pub(super) fn encode_parts(out: &mut Vec<u8>, op: u8, req_id: u64, parts: &[&[u8]]) {
+    let at = begin_frame(out, op, req_id);
+    for p in parts {
+        out.extend_from_slice(p);
+    }
+    finish_frame(out, at);
+}
+
 /// Little-endian cursor over a body; every read is bounds-checked.
 pub(super) struct Body<'a> {
     pub(super) op: u8,
@@ -94,12 +105,27 @@ impl<'a> Body<'a> {
             Err(CodecError::BadBody { op: self.op, reason: "trailing bytes" })
         }
     }
+    /// The rest of the body (a trailing byte run): nothing is left for `end` to refuse.
+    pub(super) fn take_rest(&mut self) -> &'a [u8] {
+        std::mem::take(&mut self.rest)
+    }
     pub(super) fn magic(&mut self) -> Result<(), CodecError> {
         if self.take(4)? != HELLO_MAGIC {
             return Err(CodecError::BadBody { op: self.op, reason: "bad magic" });
         }
         Ok(())
     }
+}
+
+/// Parses `f`'s body with `fields`, then refuses any bytes they left over.
+pub(super) fn parse_body<'a, T>(
+    f: &Frame<'a>,
+    fields: impl FnOnce(&mut Body<'a>) -> Result<T, CodecError>,
+) -> Result<T, CodecError> {
+    let mut b = Body::new(f);
+    let parsed = fields(&mut b)?;
+    b.end()?;
+    Ok(parsed)
 }
 
 /// Error frame; the message is cut to 1 KiB on a char boundary.

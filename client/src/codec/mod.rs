@@ -16,6 +16,34 @@
 //!
 //! Every item is re-exported here: `codec::Request`, `codec::decode_frame`, … are the paths.
 
+/// A fieldless enum as it stands on the wire: its variants with their numbers, and
+/// `$from`, which maps a number back to its variant (`None` for any other). One list
+/// serves both directions, so a variant cannot be added to one and missed in the other.
+macro_rules! wire_enum {
+    (
+        $(#[$meta:meta])*
+        pub enum $name:ident: $repr:ident, from $from:ident {
+            $( $(#[$vmeta:meta])* $variant:ident = $n:literal, )+
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        #[repr($repr)]
+        pub enum $name {
+            $( $(#[$vmeta])* $variant = $n, )+
+        }
+
+        impl $name {
+            pub fn $from(v: $repr) -> Option<$name> {
+                match v {
+                    $( $n => Some($name::$variant), )+
+                    _ => None,
+                }
+            }
+        }
+    };
+}
+
 mod errors;
 mod frame;
 mod repl;

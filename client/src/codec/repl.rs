@@ -2,7 +2,7 @@
 //! `Welcome`, batches and seed pieces, the follower's acks, pings and errors.
 
 use super::errors::CodecError;
-use super::frame::{begin_frame, encode_error, finish_frame, parse_error, Body, Frame};
+use super::frame::{encode_error, encode_parts, parse_body, parse_error, Frame};
 use super::{op, HELLO_MAGIC, MAX_REPL_BATCH_BYTES};
 
 impl<'a> From<(u16, &'a str)> for Repl<'a> {
@@ -76,101 +76,77 @@ pub enum Repl<'a> {
 
 impl<'a> Repl<'a> {
     pub fn parse(f: &Frame<'a>) -> Result<Repl<'a>, CodecError> {
-        let mut b = Body::new(f);
-        let r = match f.op {
-            op::REPL_HELLO => {
-                b.magic()?;
-                Repl::Hello {
-                    version: b.u16()?,
-                    shard: b.u16()?,
-                    shard_count: b.u16()?,
-                    epoch: b.u32()?,
-                    next_offset: b.u64()?,
-                    last_epoch: b.u32()?,
+        parse_body(f, |b| {
+            Ok(match f.op {
+                op::REPL_HELLO => {
+                    b.magic()?;
+                    Repl::Hello {
+                        version: b.u16()?,
+                        shard: b.u16()?,
+                        shard_count: b.u16()?,
+                        epoch: b.u32()?,
+                        next_offset: b.u64()?,
+                        last_epoch: b.u32()?,
+                    }
                 }
-            }
-            op::REPL_WELCOME => Repl::Welcome { epoch: b.u32()?, truncate_to: b.u64()?, common_epoch: b.u32()? },
-            op::REPL_BATCH => {
-                let epoch = b.u32()?;
-                let first_offset = b.u64()?;
-                let count = b.u32()?;
-                if b.rest.len() > MAX_REPL_BATCH_BYTES {
-                    return Err(CodecError::PayloadTooLarge(b.rest.len()));
+                op::REPL_WELCOME => Repl::Welcome { epoch: b.u32()?, truncate_to: b.u64()?, common_epoch: b.u32()? },
+                op::REPL_BATCH => {
+                    let epoch = b.u32()?;
+                    let first_offset = b.u64()?;
+                    let count = b.u32()?;
+                    let records = b.take_rest();
+                    if records.len() > MAX_REPL_BATCH_BYTES {
+                        return Err(CodecError::PayloadTooLarge(records.len()));
+                    }
+                    Repl::Batch { epoch, first_offset, count, records }
                 }
-                return Ok(Repl::Batch { epoch, first_offset, count, records: b.rest });
-            }
-            op::REPL_SEED => {
-                let (first_offset, total, at) = (b.u64()?, b.u64()?, b.u64()?);
-                let bytes = b.rest;
-                if bytes.len() > MAX_REPL_BATCH_BYTES || at.checked_add(bytes.len() as u64).is_none_or(|e| e > total) {
-                    return Err(CodecError::BadBody { op: op::REPL_SEED, reason: "a piece outside the snapshot" });
+                op::REPL_SEED => {
+                    let (first_offset, total, at) = (b.u64()?, b.u64()?, b.u64()?);
+                    let bytes = b.take_rest();
+                    if bytes.len() > MAX_REPL_BATCH_BYTES
+                        || at.checked_add(bytes.len() as u64).is_none_or(|e| e > total)
+                    {
+                        return Err(CodecError::BadBody { op: op::REPL_SEED, reason: "a piece outside the snapshot" });
+                    }
+                    Repl::Seed { first_offset, total, at, bytes }
                 }
-                return Ok(Repl::Seed { first_offset, total, at, bytes });
-            }
-            op::REPL_ACK => Repl::Ack { next_offset: b.u64()? },
-            op::REPL_PING => Repl::Ping,
-            op::REPL_JOINED => Repl::Joined { next_offset: b.u64()?, last_epoch: b.u32()?, last_crc: b.u32()? },
-            op::ERROR => parse_error(&mut b)?,
-            o => return Err(CodecError::UnknownOpcode(o)),
-        };
-        b.end()?;
-        Ok(r)
+                op::REPL_ACK => Repl::Ack { next_offset: b.u64()? },
+                op::REPL_PING => Repl::Ping,
+                op::REPL_JOINED => Repl::Joined { next_offset: b.u64()?, last_epoch: b.u32()?, last_crc: b.u32()? },
+                op::ERROR => parse_error(b)?,
+                o => return Err(CodecError::UnknownOpcode(o)),
+            })
+        })
     }
 
     pub fn encode(&self, out: &mut Vec<u8>) {
         match self {
             Repl::Hello { version, shard, shard_count, epoch, next_offset, last_epoch } => {
-                let at = begin_frame(out, op::REPL_HELLO, 0);
-                out.extend_from_slice(&HELLO_MAGIC);
-                out.extend_from_slice(&version.to_le_bytes());
-                out.extend_from_slice(&shard.to_le_bytes());
-                out.extend_from_slice(&shard_count.to_le_bytes());
-                out.extend_from_slice(&epoch.to_le_bytes());
-                out.extend_from_slice(&next_offset.to_le_bytes());
-                out.extend_from_slice(&last_epoch.to_le_bytes());
-                finish_frame(out, at);
+                let (version, shard, count) = (version.to_le_bytes(), shard.to_le_bytes(), shard_count.to_le_bytes());
+                let (epoch, next, last) = (epoch.to_le_bytes(), next_offset.to_le_bytes(), last_epoch.to_le_bytes());
+                encode_parts(out, op::REPL_HELLO, 0, &[&HELLO_MAGIC, &version, &shard, &count, &epoch, &next, &last])
             }
             Repl::Welcome { epoch, truncate_to, common_epoch } => {
-                let at = begin_frame(out, op::REPL_WELCOME, 0);
-                out.extend_from_slice(&epoch.to_le_bytes());
-                out.extend_from_slice(&truncate_to.to_le_bytes());
-                out.extend_from_slice(&common_epoch.to_le_bytes());
-                finish_frame(out, at);
+                let (epoch, truncate, common) =
+                    (epoch.to_le_bytes(), truncate_to.to_le_bytes(), common_epoch.to_le_bytes());
+                encode_parts(out, op::REPL_WELCOME, 0, &[&epoch, &truncate, &common])
             }
             Repl::Batch { epoch, first_offset, count, records } => {
                 assert!(records.len() <= MAX_REPL_BATCH_BYTES, "replication batch too large");
-                let at = begin_frame(out, op::REPL_BATCH, 0);
-                out.extend_from_slice(&epoch.to_le_bytes());
-                out.extend_from_slice(&first_offset.to_le_bytes());
-                out.extend_from_slice(&count.to_le_bytes());
-                out.extend_from_slice(records);
-                finish_frame(out, at);
+                let (epoch, first, count) = (epoch.to_le_bytes(), first_offset.to_le_bytes(), count.to_le_bytes());
+                encode_parts(out, op::REPL_BATCH, 0, &[&epoch, &first, &count, records])
             }
-            Repl::Seed { first_offset, total, at: from, bytes } => {
+            Repl::Seed { first_offset, total, at, bytes } => {
                 assert!(bytes.len() <= MAX_REPL_BATCH_BYTES, "seed piece too large");
-                let at = begin_frame(out, op::REPL_SEED, 0);
-                out.extend_from_slice(&first_offset.to_le_bytes());
-                out.extend_from_slice(&total.to_le_bytes());
-                out.extend_from_slice(&from.to_le_bytes());
-                out.extend_from_slice(bytes);
-                finish_frame(out, at);
+                let (first, total, at) = (first_offset.to_le_bytes(), total.to_le_bytes(), at.to_le_bytes());
+                encode_parts(out, op::REPL_SEED, 0, &[&first, &total, &at, bytes])
             }
-            Repl::Ack { next_offset } => {
-                let at = begin_frame(out, op::REPL_ACK, 0);
-                out.extend_from_slice(&next_offset.to_le_bytes());
-                finish_frame(out, at);
-            }
+            Repl::Ack { next_offset } => encode_parts(out, op::REPL_ACK, 0, &[&next_offset.to_le_bytes()]),
             Repl::Joined { next_offset, last_epoch, last_crc } => {
-                let at = begin_frame(out, op::REPL_JOINED, 0);
-                out.extend_from_slice(&next_offset.to_le_bytes());
-                out.extend_from_slice(&last_epoch.to_le_bytes());
-                out.extend_from_slice(&last_crc.to_le_bytes());
-                finish_frame(out, at);
+                let (next, epoch, crc) = (next_offset.to_le_bytes(), last_epoch.to_le_bytes(), last_crc.to_le_bytes());
+                encode_parts(out, op::REPL_JOINED, 0, &[&next, &epoch, &crc])
             }
-            Repl::Ping => {
-                let at = begin_frame(out, op::REPL_PING, 0);
-                finish_frame(out, at);
-            }
+            Repl::Ping => encode_parts(out, op::REPL_PING, 0, &[]),
             Repl::Error { code, message } => encode_error(0, *code, message, out),
         }
     }

@@ -5,7 +5,7 @@
 use std::fmt;
 
 use super::errors::CodecError;
-use super::frame::{begin_frame, finish_frame, Body, Frame};
+use super::frame::{begin_frame, encode_parts, finish_frame, parse_body, Frame};
 use super::{
     op, APPEND_FLAG_PRODUCER, APPEND_FLAG_STREAM, EXPECT_ANY, EXPECT_EXACT, EXPECT_NO_STREAM, HELLO_MAGIC, MAX_PAYLOAD,
     SUBSCRIBE_FLAG_STREAM,
@@ -70,113 +70,92 @@ pub enum Request<'a> {
 
 impl<'a> Request<'a> {
     pub fn parse(f: &Frame<'a>) -> Result<Request<'a>, CodecError> {
-        let mut b = Body::new(f);
-        let r = match f.op {
-            op::HELLO => {
-                b.magic()?;
-                Request::Hello { version: b.u16()? }
-            }
-            op::APPEND => {
-                if f.body.len() > MAX_PAYLOAD {
-                    return Err(CodecError::PayloadTooLarge(f.body.len()));
+        parse_body(f, |b| {
+            Ok(match f.op {
+                op::HELLO => {
+                    b.magic()?;
+                    Request::Hello { version: b.u16()? }
                 }
-                return Ok(Request::Append { payload: f.body });
-            }
-            op::APPEND2 => {
-                let flags = b.u8()?;
-                if flags & !(APPEND_FLAG_PRODUCER | APPEND_FLAG_STREAM) != 0 {
-                    return Err(CodecError::BadBody { op: f.op, reason: "unknown Append2 flags" });
+                op::APPEND => {
+                    if f.body.len() > MAX_PAYLOAD {
+                        return Err(CodecError::PayloadTooLarge(f.body.len()));
+                    }
+                    Request::Append { payload: b.take_rest() }
                 }
-                let producer = if flags & APPEND_FLAG_PRODUCER != 0 {
-                    Some(ProducerSeq { id: b.u64()?, seq: b.u64()? })
-                } else {
-                    None
-                };
-                let stream = if flags & APPEND_FLAG_STREAM != 0 {
+                op::APPEND2 => {
+                    let flags = b.u8()?;
+                    if flags & !(APPEND_FLAG_PRODUCER | APPEND_FLAG_STREAM) != 0 {
+                        return Err(CodecError::BadBody { op: f.op, reason: "unknown Append2 flags" });
+                    }
+                    let producer = if flags & APPEND_FLAG_PRODUCER != 0 {
+                        Some(ProducerSeq { id: b.u64()?, seq: b.u64()? })
+                    } else {
+                        None
+                    };
+                    let stream = if flags & APPEND_FLAG_STREAM != 0 {
+                        let n = b.u16()? as usize;
+                        Some(StreamReq { name: b.take(n)?, expect_kind: b.u8()?, expected: b.u64()? })
+                    } else {
+                        None
+                    };
+                    let payload = b.take_rest();
+                    if payload.len() > MAX_PAYLOAD {
+                        return Err(CodecError::PayloadTooLarge(payload.len()));
+                    }
+                    Request::Append2 { producer, stream, payload }
+                }
+                op::SUBSCRIBE => {
+                    let flags = b.u8()?;
+                    if flags & !SUBSCRIBE_FLAG_STREAM != 0 {
+                        return Err(CodecError::BadBody { op: f.op, reason: "unknown Subscribe flags" });
+                    }
                     let n = b.u16()? as usize;
-                    Some(StreamReq { name: b.take(n)?, expect_kind: b.u8()?, expected: b.u64()? })
-                } else {
-                    None
-                };
-                if b.rest.len() > MAX_PAYLOAD {
-                    return Err(CodecError::PayloadTooLarge(b.rest.len()));
+                    Request::Subscribe { stream: flags != 0, name: b.take(n)?, from: b.u64()? }
                 }
-                return Ok(Request::Append2 { producer, stream, payload: b.rest });
-            }
-            op::SUBSCRIBE => {
-                let flags = b.u8()?;
-                if flags & !SUBSCRIBE_FLAG_STREAM != 0 {
-                    return Err(CodecError::BadBody { op: f.op, reason: "unknown Subscribe flags" });
+                op::READ_STREAM => {
+                    let n = b.u16()? as usize;
+                    let name = b.take(n)?;
+                    Request::ReadStream { name, from_version: b.u64()?, max_count: b.u32()?, max_bytes: b.u32()? }
                 }
-                let n = b.u16()? as usize;
-                Request::Subscribe { stream: flags != 0, name: b.take(n)?, from: b.u64()? }
-            }
-            op::READ_STREAM => {
-                let n = b.u16()? as usize;
-                let name = b.take(n)?;
-                Request::ReadStream { name, from_version: b.u64()?, max_count: b.u32()?, max_bytes: b.u32()? }
-            }
-            op::READ => Request::Read { shard: b.u16()?, from: b.u64()?, max_bytes: b.u32()? },
-            op::TAIL => Request::Tail { shard: b.u16()?, from: b.u64()? },
-            op::TRIM => Request::Trim { shard: b.u16()?, before: b.u64()? },
-            op::INDEX_SNAPSHOT => Request::IndexSnapshot { shard: b.u16()?, at: b.u64()? },
-            o => return Err(CodecError::UnknownOpcode(o)),
-        };
-        b.end()?;
-        Ok(r)
+                op::READ => Request::Read { shard: b.u16()?, from: b.u64()?, max_bytes: b.u32()? },
+                op::TAIL => Request::Tail { shard: b.u16()?, from: b.u64()? },
+                op::TRIM => Request::Trim { shard: b.u16()?, before: b.u64()? },
+                op::INDEX_SNAPSHOT => Request::IndexSnapshot { shard: b.u16()?, at: b.u64()? },
+                o => return Err(CodecError::UnknownOpcode(o)),
+            })
+        })
     }
 
     pub fn encode(&self, req_id: u64, out: &mut Vec<u8>) {
         match self {
-            Request::Hello { version } => {
-                let at = begin_frame(out, op::HELLO, req_id);
-                out.extend_from_slice(&HELLO_MAGIC);
-                out.extend_from_slice(&version.to_le_bytes());
-                finish_frame(out, at);
-            }
+            Request::Hello { version } => encode_parts(out, op::HELLO, req_id, &[&HELLO_MAGIC, &version.to_le_bytes()]),
             Request::Append { payload } => encode_append(req_id, payload, out),
             Request::Append2 { producer, stream, payload } => encode_append2(req_id, *producer, *stream, payload, out),
             Request::Subscribe { stream, name, from } => {
-                let at = begin_frame(out, op::SUBSCRIBE, req_id);
-                out.push(if *stream { SUBSCRIBE_FLAG_STREAM } else { 0 });
-                out.extend_from_slice(&(name.len() as u16).to_le_bytes());
-                out.extend_from_slice(name);
-                out.extend_from_slice(&from.to_le_bytes());
-                finish_frame(out, at);
+                let flags = if *stream { SUBSCRIBE_FLAG_STREAM } else { 0 };
+                let name_len = (name.len() as u16).to_le_bytes();
+                encode_parts(out, op::SUBSCRIBE, req_id, &[&[flags], &name_len, name, &from.to_le_bytes()])
             }
             Request::ReadStream { name, from_version, max_count, max_bytes } => {
-                let at = begin_frame(out, op::READ_STREAM, req_id);
-                out.extend_from_slice(&(name.len() as u16).to_le_bytes());
-                out.extend_from_slice(name);
-                out.extend_from_slice(&from_version.to_le_bytes());
-                out.extend_from_slice(&max_count.to_le_bytes());
-                out.extend_from_slice(&max_bytes.to_le_bytes());
-                finish_frame(out, at);
+                let name_len = (name.len() as u16).to_le_bytes();
+                let (from, count, bytes) =
+                    (from_version.to_le_bytes(), max_count.to_le_bytes(), max_bytes.to_le_bytes());
+                encode_parts(out, op::READ_STREAM, req_id, &[&name_len, name, &from, &count, &bytes])
             }
-            Request::Read { shard, from, max_bytes } => {
-                let at = begin_frame(out, op::READ, req_id);
-                out.extend_from_slice(&shard.to_le_bytes());
-                out.extend_from_slice(&from.to_le_bytes());
-                out.extend_from_slice(&max_bytes.to_le_bytes());
-                finish_frame(out, at);
-            }
+            Request::Read { shard, from, max_bytes } => encode_parts(
+                out,
+                op::READ,
+                req_id,
+                &[&shard.to_le_bytes(), &from.to_le_bytes(), &max_bytes.to_le_bytes()],
+            ),
             Request::Tail { shard, from } => {
-                let at = begin_frame(out, op::TAIL, req_id);
-                out.extend_from_slice(&shard.to_le_bytes());
-                out.extend_from_slice(&from.to_le_bytes());
-                finish_frame(out, at);
+                encode_parts(out, op::TAIL, req_id, &[&shard.to_le_bytes(), &from.to_le_bytes()])
             }
             Request::Trim { shard, before } => {
-                let at = begin_frame(out, op::TRIM, req_id);
-                out.extend_from_slice(&shard.to_le_bytes());
-                out.extend_from_slice(&before.to_le_bytes());
-                finish_frame(out, at);
+                encode_parts(out, op::TRIM, req_id, &[&shard.to_le_bytes(), &before.to_le_bytes()])
             }
-            Request::IndexSnapshot { shard, at: from } => {
-                let at = begin_frame(out, op::INDEX_SNAPSHOT, req_id);
-                out.extend_from_slice(&shard.to_le_bytes());
-                out.extend_from_slice(&from.to_le_bytes());
-                finish_frame(out, at);
+            Request::IndexSnapshot { shard, at } => {
+                encode_parts(out, op::INDEX_SNAPSHOT, req_id, &[&shard.to_le_bytes(), &at.to_le_bytes()])
             }
         }
     }

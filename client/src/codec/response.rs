@@ -3,30 +3,24 @@
 //! (the stream's version, the first offset held, a refusal's hint); with their encoders.
 
 use super::errors::{CodecError, ErrorCode};
-use super::frame::{begin_error, begin_frame, encode_error, finish_frame, parse_error, Body, Frame};
+use super::frame::{
+    begin_error, begin_frame, encode_error, encode_parts, finish_frame, parse_body, parse_error, Frame,
+};
 use super::{
     op, APPENDED_FLAG_DUPLICATE, APPENDED_FLAG_VERSION, LEADERSHIP_VERSION, MAX_READ_BYTES, NO_STREAM_VERSION,
 };
 
+wire_enum! {
 /// The role a node reports in `HelloOk`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u8)]
-pub enum Role {
+pub enum Role: u8, from from_u8 {
     Leader = 1,
     Follower = 2,
     /// A former leader that saw a higher epoch: refuses appends until it rejoins.
     Fenced = 3,
 }
+}
 
 impl Role {
-    pub fn from_u8(v: u8) -> Option<Role> {
-        match v {
-            1 => Some(Role::Leader),
-            2 => Some(Role::Follower),
-            3 => Some(Role::Fenced),
-            _ => None,
-        }
-    }
     pub fn name(self) -> &'static str {
         match self {
             Role::Leader => "leader",
@@ -124,10 +118,9 @@ pub enum Response<'a> {
     },
 }
 
+wire_enum! {
 /// Whether a node sees a leader holding a live lease (docs/protocol.md §6).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u8)]
-pub enum LeaderState {
+pub enum LeaderState: u8, from from_u8 {
     /// Not known: static roles (no lease), or this node has not heard from etcd lately.
     Unknown = 0,
     /// A leader holds a live lease: on a leader, its own; on a follower, the leader's
@@ -138,16 +131,6 @@ pub enum LeaderState {
     /// stopped and a take-over is pending (or cannot happen: see operations.md §8).
     Lapsed = 2,
 }
-
-impl LeaderState {
-    pub fn from_u8(v: u8) -> Option<LeaderState> {
-        match v {
-            0 => Some(LeaderState::Unknown),
-            1 => Some(LeaderState::Live),
-            2 => Some(LeaderState::Lapsed),
-            _ => None,
-        }
-    }
 }
 
 /// What a version-3 `HelloOk` adds after `epoch`: lease_ms u32 · epoch u32 · state u8.
@@ -183,79 +166,79 @@ pub fn carries_hint(code: u16) -> bool {
 
 impl<'a> Response<'a> {
     pub fn parse(f: &Frame<'a>) -> Result<Response<'a>, CodecError> {
-        let mut b = Body::new(f);
-        let r = match f.op {
-            op::HELLO_OK => {
-                let version = b.u16()?;
-                let shard = b.u16()?;
-                let shard_count = b.u16()?;
-                let role = Role::from_u8(b.u8()?).ok_or(CodecError::BadBody { op: f.op, reason: "unknown role" })?;
-                let epoch = b.u32()?;
-                let leadership = if version >= LEADERSHIP_VERSION {
-                    let (lease_ms, view) = (b.u32()?, b.u32()?);
-                    let state = LeaderState::from_u8(b.u8()?)
-                        .ok_or(CodecError::BadBody { op: f.op, reason: "unknown leader state" })?;
-                    Some(Leadership { lease_ms, epoch: view, state })
-                } else {
-                    None
-                };
-                Response::HelloOk { version, shard, shard_count, role, epoch, leadership }
-            }
-            op::APPENDED => Response::Appended { shard: b.u16()?, offset: b.u64()? },
-            op::APPENDED2 => {
-                let (shard, offset, flags) = (b.u16()?, b.u64()?, b.u8()?);
-                if flags & !(APPENDED_FLAG_DUPLICATE | APPENDED_FLAG_VERSION) != 0 {
-                    return Err(CodecError::BadBody { op: f.op, reason: "unknown Appended2 flags" });
-                }
-                let version = if flags & APPENDED_FLAG_VERSION != 0 { Some(b.u64()?) } else { None };
-                Response::Appended2 { shard, offset, duplicate: flags & APPENDED_FLAG_DUPLICATE != 0, version }
-            }
-            op::STREAM_RECORDS => {
-                let shard = b.u16()?;
-                let next_version = b.u64()?;
-                let end_version = b.u64()?;
-                let count = b.u32()?;
-                return Ok(Response::StreamRecords { shard, next_version, end_version, count, records: b.rest });
-            }
-            op::RECORDS => {
-                let shard = b.u16()?;
-                let next_offset = b.u64()?;
-                let count = b.u32()?;
-                let records = b.rest;
-                return Ok(Response::Records { shard, next_offset, count, records });
-            }
-            op::ERROR => match parse_error(&mut b)? {
-                Response::Error { code, message } if code == ErrorCode::WrongExpectedVersion as u16 => {
-                    let v = b.u64()?;
-                    Response::WrongVersion { current: (v != NO_STREAM_VERSION).then_some(v), message }
-                }
-                // A version-1 connection gets the plain form.
-                Response::Error { code, message } if code == ErrorCode::OutOfRange as u16 && b.rest.len() == 8 => {
-                    Response::OutOfRange { first: b.u64()?, message }
-                }
-                // A version-1 or -2 connection gets the plain form.
-                Response::Error { code, message } if carries_hint(code) && b.rest.len() == HINT_LEN => {
+        parse_body(f, |b| {
+            Ok(match f.op {
+                op::HELLO_OK => {
+                    let version = b.u16()?;
+                    let shard = b.u16()?;
+                    let shard_count = b.u16()?;
+                    let role =
+                        Role::from_u8(b.u8()?).ok_or(CodecError::BadBody { op: f.op, reason: "unknown role" })?;
                     let epoch = b.u32()?;
-                    let state = LeaderState::from_u8(b.u8()?)
-                        .ok_or(CodecError::BadBody { op: f.op, reason: "unknown leader state" })?;
-                    Response::Refusal { code, message, hint: Hint { epoch, state, retry_ms: b.u16()? } }
+                    let leadership = if version >= LEADERSHIP_VERSION {
+                        let (lease_ms, view) = (b.u32()?, b.u32()?);
+                        let state = LeaderState::from_u8(b.u8()?)
+                            .ok_or(CodecError::BadBody { op: f.op, reason: "unknown leader state" })?;
+                        Some(Leadership { lease_ms, epoch: view, state })
+                    } else {
+                        None
+                    };
+                    Response::HelloOk { version, shard, shard_count, role, epoch, leadership }
                 }
-                r => r,
-            },
-            op::TRIMMED => Response::Trimmed { shard: b.u16()?, first_offset: b.u64()? },
-            op::INDEX_SNAPSHOT_PIECE => {
-                let (shard, first_offset, total, at) = (b.u16()?, b.u64()?, b.u64()?, b.u64()?);
-                let bytes = b.rest;
-                if bytes.len() > MAX_READ_BYTES as usize || at.checked_add(bytes.len() as u64).is_none_or(|e| e > total)
-                {
-                    return Err(CodecError::BadBody { op: f.op, reason: "a piece outside the snapshot" });
+                op::APPENDED => Response::Appended { shard: b.u16()?, offset: b.u64()? },
+                op::APPENDED2 => {
+                    let (shard, offset, flags) = (b.u16()?, b.u64()?, b.u8()?);
+                    if flags & !(APPENDED_FLAG_DUPLICATE | APPENDED_FLAG_VERSION) != 0 {
+                        return Err(CodecError::BadBody { op: f.op, reason: "unknown Appended2 flags" });
+                    }
+                    let version = if flags & APPENDED_FLAG_VERSION != 0 { Some(b.u64()?) } else { None };
+                    Response::Appended2 { shard, offset, duplicate: flags & APPENDED_FLAG_DUPLICATE != 0, version }
                 }
-                return Ok(Response::IndexSnapshotPiece { shard, first_offset, total, at, bytes });
-            }
-            o => return Err(CodecError::UnknownOpcode(o)),
-        };
-        b.end()?;
-        Ok(r)
+                op::STREAM_RECORDS => {
+                    let shard = b.u16()?;
+                    let next_version = b.u64()?;
+                    let end_version = b.u64()?;
+                    let count = b.u32()?;
+                    Response::StreamRecords { shard, next_version, end_version, count, records: b.take_rest() }
+                }
+                op::RECORDS => {
+                    let shard = b.u16()?;
+                    let next_offset = b.u64()?;
+                    let count = b.u32()?;
+                    Response::Records { shard, next_offset, count, records: b.take_rest() }
+                }
+                op::ERROR => match parse_error(b)? {
+                    Response::Error { code, message } if code == ErrorCode::WrongExpectedVersion as u16 => {
+                        let v = b.u64()?;
+                        Response::WrongVersion { current: (v != NO_STREAM_VERSION).then_some(v), message }
+                    }
+                    // A version-1 connection gets the plain form.
+                    Response::Error { code, message } if code == ErrorCode::OutOfRange as u16 && b.rest.len() == 8 => {
+                        Response::OutOfRange { first: b.u64()?, message }
+                    }
+                    // A version-1 or -2 connection gets the plain form.
+                    Response::Error { code, message } if carries_hint(code) && b.rest.len() == HINT_LEN => {
+                        let epoch = b.u32()?;
+                        let state = LeaderState::from_u8(b.u8()?)
+                            .ok_or(CodecError::BadBody { op: f.op, reason: "unknown leader state" })?;
+                        Response::Refusal { code, message, hint: Hint { epoch, state, retry_ms: b.u16()? } }
+                    }
+                    r => r,
+                },
+                op::TRIMMED => Response::Trimmed { shard: b.u16()?, first_offset: b.u64()? },
+                op::INDEX_SNAPSHOT_PIECE => {
+                    let (shard, first_offset, total, at) = (b.u16()?, b.u64()?, b.u64()?, b.u64()?);
+                    let bytes = b.take_rest();
+                    if bytes.len() > MAX_READ_BYTES as usize
+                        || at.checked_add(bytes.len() as u64).is_none_or(|e| e > total)
+                    {
+                        return Err(CodecError::BadBody { op: f.op, reason: "a piece outside the snapshot" });
+                    }
+                    Response::IndexSnapshotPiece { shard, first_offset, total, at, bytes }
+                }
+                o => return Err(CodecError::UnknownOpcode(o)),
+            })
+        })
     }
 
     pub fn encode(&self, req_id: u64, out: &mut Vec<u8>) {
@@ -282,38 +265,23 @@ impl<'a> Response<'a> {
                 encode_appended2(req_id, *shard, *offset, *duplicate, *version, out)
             }
             Response::StreamRecords { shard, next_version, end_version, count, records } => {
-                let at = begin_frame(out, op::STREAM_RECORDS, req_id);
-                out.extend_from_slice(&shard.to_le_bytes());
-                out.extend_from_slice(&next_version.to_le_bytes());
-                out.extend_from_slice(&end_version.to_le_bytes());
-                out.extend_from_slice(&count.to_le_bytes());
-                out.extend_from_slice(records);
-                finish_frame(out, at);
+                let (shard, next, end, count) =
+                    (shard.to_le_bytes(), next_version.to_le_bytes(), end_version.to_le_bytes(), count.to_le_bytes());
+                encode_parts(out, op::STREAM_RECORDS, req_id, &[&shard, &next, &end, &count, records])
             }
             Response::WrongVersion { current, message } => encode_wrong_version(req_id, *current, message, out),
             Response::OutOfRange { first, message } => encode_out_of_range(req_id, *first, message, out),
             Response::Trimmed { shard, first_offset } => {
-                let at = begin_frame(out, op::TRIMMED, req_id);
-                out.extend_from_slice(&shard.to_le_bytes());
-                out.extend_from_slice(&first_offset.to_le_bytes());
-                finish_frame(out, at);
+                encode_parts(out, op::TRIMMED, req_id, &[&shard.to_le_bytes(), &first_offset.to_le_bytes()])
             }
-            Response::IndexSnapshotPiece { shard, first_offset, total, at: from, bytes } => {
-                let at = begin_frame(out, op::INDEX_SNAPSHOT_PIECE, req_id);
-                out.extend_from_slice(&shard.to_le_bytes());
-                out.extend_from_slice(&first_offset.to_le_bytes());
-                out.extend_from_slice(&total.to_le_bytes());
-                out.extend_from_slice(&from.to_le_bytes());
-                out.extend_from_slice(bytes);
-                finish_frame(out, at);
+            Response::IndexSnapshotPiece { shard, first_offset, total, at, bytes } => {
+                let (shard, first, total, at) =
+                    (shard.to_le_bytes(), first_offset.to_le_bytes(), total.to_le_bytes(), at.to_le_bytes());
+                encode_parts(out, op::INDEX_SNAPSHOT_PIECE, req_id, &[&shard, &first, &total, &at, bytes])
             }
             Response::Records { shard, next_offset, count, records } => {
-                let at = begin_frame(out, op::RECORDS, req_id);
-                out.extend_from_slice(&shard.to_le_bytes());
-                out.extend_from_slice(&next_offset.to_le_bytes());
-                out.extend_from_slice(&count.to_le_bytes());
-                out.extend_from_slice(records);
-                finish_frame(out, at);
+                let (shard, next, count) = (shard.to_le_bytes(), next_offset.to_le_bytes(), count.to_le_bytes());
+                encode_parts(out, op::RECORDS, req_id, &[&shard, &next, &count, records])
             }
             Response::Error { code, message } => encode_error(req_id, *code, message, out),
             Response::Refusal { code, message, hint } => encode_refusal(req_id, *code, message, *hint, out),
@@ -336,10 +304,7 @@ pub fn encode_refusal(req_id: u64, code: u16, message: &str, hint: Hint, out: &m
 
 /// The hot-path encoder for append acknowledgements.
 pub fn encode_appended(req_id: u64, shard: u16, offset: u64, out: &mut Vec<u8>) {
-    let at = begin_frame(out, op::APPENDED, req_id);
-    out.extend_from_slice(&shard.to_le_bytes());
-    out.extend_from_slice(&offset.to_le_bytes());
-    finish_frame(out, at);
+    encode_parts(out, op::APPENDED, req_id, &[&shard.to_le_bytes(), &offset.to_le_bytes()]);
 }
 
 /// The encoder for `Append2` acknowledgements.

@@ -197,12 +197,7 @@ class Producer:
         c = self._client._conn
         if c is None or c.closed:
             return None
-        attempts.sending()
-        try:
-            return c, c.send(frame, watch=True)
-        except NotSent as e:
-            attempts.unsent()
-            return e
+        return _send_on(c, frame, attempts)
 
     async def _send(self, frame: bytes, attempts: Attempts
                     ) -> Union[Tuple[Connection, "asyncio.Future[Frame]"], CorelogError]:
@@ -212,12 +207,7 @@ class Producer:
             raise
         except CorelogError as e:
             return e
-        attempts.sending()
-        try:
-            return conn, conn.send(frame, watch=True)
-        except NotSent as e:
-            attempts.unsent()
-            return e
+        return _send_on(conn, frame, attempts)
 
     async def _complete(self, seq: int, frame: bytes, first: Any, attempts: Attempts) -> Appended:
         cfg = self._client.config
@@ -282,3 +272,15 @@ class Producer:
                 raise attempts.fail(err if err is not None else
                                     Unreachable("failover budget spent waiting for earlier sequences"))
             waited = True
+
+
+def _send_on(conn: Connection, frame: bytes, attempts: Attempts
+             ) -> Union[Tuple[Connection, "asyncio.Future[Frame]"], CorelogError]:
+    """Hands ``frame`` to ``conn`` and counts the attempt: an attempt the connection
+    refused (closed before it took the frame) is counted back as never sent."""
+    attempts.sending()
+    try:
+        return conn, conn.send(frame, watch=True)
+    except NotSent as e:
+        attempts.unsent()
+        return e

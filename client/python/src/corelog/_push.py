@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
-from typing import Any, AsyncIterator, Deque, Dict, List, NoReturn, Optional, Union
+from typing import Any, Deque, Dict, List, NoReturn, Optional, TypeVar, Union
 
 from . import codec
 from .codec import FrameDecoder, Record, Role
@@ -22,8 +22,30 @@ from ._retry import Nodes
 
 __all__ = ["Tail", "Subscription"]
 
+P = TypeVar("P", bound="_Pushed")
 
-class Tail:
+
+class _Pushed:
+    """What a tail and a subscription share: ``async with`` starts and closes it, ``async
+    for`` takes what the server pushes until it ends."""
+
+    async def start(self: P) -> P:
+        raise NotImplementedError
+
+    async def close(self) -> None:
+        raise NotImplementedError
+
+    async def __aenter__(self: P) -> P:
+        return await self.start()
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+    def __aiter__(self: P) -> P:
+        return self
+
+
+class Tail(_Pushed):
     """A live tail of one shard: records pushed as they become committed, gap-free, in
     offset order, on a connection of its own (to the shard's direct port of the first
     node that answers). ``async for record in tail``; :meth:`close` (or ``async with``)
@@ -76,15 +98,6 @@ class Tail:
         self._buf.clear()
         reader, writer, _, dec = await _greet(direct, self._config, codec.Tail(self.shard, self._fetched).encode(1))
         self._reader, self._writer, self._dec = reader, writer, dec
-
-    async def __aenter__(self) -> "Tail":
-        return await self.start()
-
-    async def __aexit__(self, *exc: Any) -> None:
-        await self.close()
-
-    def __aiter__(self) -> AsyncIterator[Record]:
-        return self
 
     async def __anext__(self) -> Record:
         r = await self.next()
@@ -151,7 +164,7 @@ class Tail:
 # ---------------------------------------------------------------------- subscriptions
 
 
-class Subscription:
+class Subscription(_Pushed):
     """The events of one stream, or of every stream whose name starts with a prefix,
     catch-up from disk then live (``client/src/subscribe.rs``). A stream subscription is
     one connection to its shard's direct port on the leader; a prefix subscription one
@@ -253,15 +266,6 @@ class Subscription:
             await self._queue.put(ConnectionClosed(f"subscription connection lost: {e}"))
         except CorelogError as e:
             await self._queue.put(e)
-
-    async def __aenter__(self) -> "Subscription":
-        return await self.start()
-
-    async def __aexit__(self, *exc: Any) -> None:
-        await self.close()
-
-    def __aiter__(self) -> AsyncIterator[Event]:
-        return self
 
     async def __anext__(self) -> Event:
         return await self.next()

@@ -25,7 +25,9 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
-from typing import Any, Awaitable, Callable, Coroutine, Dict, Iterable, Iterator, List, Optional, TypeVar
+from typing import (
+    Any, Awaitable, Callable, Coroutine, Dict, Generic, Iterable, Iterator, List, Optional, TypeVar, overload,
+)
 
 from . import aio, codec
 from .codec import ExpectLike, Record
@@ -35,6 +37,7 @@ from .types import Appended, ClientConfig, Event, Position, ServerInfo, StreamAp
 __all__ = ["Client", "Producer", "Tail", "Subscription"]
 
 T = TypeVar("T")
+V = TypeVar("V")
 
 
 class _Loop:
@@ -263,38 +266,42 @@ class Client:
         return self._own(Producer(self._loop, self._run(self._aio.producer_for_stream(stream, id, next_seq))))
 
 
+class _OfAio(Generic[V]):
+    """A read-only attribute of a blocking producer: the attribute of the same name of
+    the asyncio producer it wraps (``_p``), read when asked, so the two never differ."""
+
+    def __init__(self, doc: str) -> None:
+        self.__doc__ = doc
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._name = name
+
+    @overload
+    def __get__(self, obj: None, owner: Optional[type] = None) -> "_OfAio[V]": ...
+
+    @overload
+    def __get__(self, obj: "Producer", owner: Optional[type] = None) -> V: ...
+
+    def __get__(self, obj: "Optional[Producer]", owner: Optional[type] = None) -> Any:
+        return self if obj is None else getattr(obj._p, self._name)
+
+    def __set__(self, obj: "Producer", value: Any) -> None:
+        raise AttributeError(f"can't set attribute {self._name!r}")
+
+
 class Producer:
     """Blocking idempotent producer (made by :meth:`Client.producer`; see
     :class:`corelog.aio.Producer`)."""
 
+    id = _OfAio[int]("The producer id (64 bits).")
+    shard = _OfAio[int]("The shard every append of this producer goes to.")
+    next_seq = _OfAio[int]("The sequence the next new append gets.")
+    retries = _OfAio[int]("Attempts sent again after a failure, so far.")
+    stopped = _OfAio[bool]("Whether an append failed for good (later ones raise ``ProducerStopped``).")
+
     def __init__(self, loop: _Loop, p: aio.Producer) -> None:
         self._loop = loop
         self._p = p
-
-    @property
-    def id(self) -> int:
-        """The producer id (64 bits)."""
-        return self._p.id
-
-    @property
-    def shard(self) -> int:
-        """The shard every append of this producer goes to."""
-        return self._p.shard
-
-    @property
-    def next_seq(self) -> int:
-        """The sequence the next new append gets."""
-        return self._p.next_seq
-
-    @property
-    def retries(self) -> int:
-        """Attempts sent again after a failure, so far."""
-        return self._p.retries
-
-    @property
-    def stopped(self) -> bool:
-        """Whether an append failed for good (later ones raise ``ProducerStopped``)."""
-        return self._p.stopped
 
     def append(self, payload: bytes) -> Appended:
         """Appends ``payload`` exactly once; its position when durable on every replica."""
@@ -325,9 +332,16 @@ class Producer:
         self.close()
 
 
+It = TypeVar("It", bound="_Iter")
+
+
 class _Iter:
-    def __init__(self, loop: _Loop) -> None:
+    """What a blocking tail and a blocking subscription share: the asyncio one (``_it``)
+    driven on the client's loop, started by ``with``, ended by ``close``."""
+
+    def __init__(self, loop: _Loop, it: Any) -> None:
         self._loop = loop
+        self._it = it
 
     def _call(self, aw: Awaitable[T]) -> T:
         async def go() -> T:
@@ -335,28 +349,33 @@ class _Iter:
 
         return self._loop.run(go())
 
+    def __enter__(self: It) -> It:
+        self._call(self._it.start())
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __iter__(self: It) -> It:
+        return self
+
+    def close(self) -> None:
+        """Ends the tail or subscription."""
+        if not self._loop.loop.is_closed():
+            self._call(self._it.close())
+
 
 class Tail(_Iter):
     """Blocking live tail: an iterator of records."""
 
     def __init__(self, loop: _Loop, t: aio.Tail) -> None:
-        super().__init__(loop)
+        super().__init__(loop, t)
         self._t = t
 
     @property
     def next_offset(self) -> int:
         """The offset after the last record handed out (where a new tail resumes)."""
         return self._t.next_offset
-
-    def __enter__(self) -> "Tail":
-        self._call(self._t.start())
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-    def __iter__(self) -> Iterator[Record]:
-        return self
 
     def __next__(self) -> Record:
         r = self._call(self._t.next())
@@ -368,17 +387,12 @@ class Tail(_Iter):
         """The next record; :class:`~corelog.errors.RequestTimeout` after ``timeout`` s."""
         return self._call(self._t.next(timeout))
 
-    def close(self) -> None:
-        """Ends the tail."""
-        if not self._loop.loop.is_closed():
-            self._call(self._t.close())
-
 
 class Subscription(_Iter):
     """Blocking subscription: an iterator of :class:`~corelog.types.Event`."""
 
     def __init__(self, loop: _Loop, s: aio.Subscription) -> None:
-        super().__init__(loop)
+        super().__init__(loop, s)
         self._s = s
 
     @property
@@ -391,24 +405,9 @@ class Subscription(_Iter):
         """The version after the last event handed out (to resume a stream)."""
         return self._s.next_version
 
-    def __enter__(self) -> "Subscription":
-        self._call(self._s.start())
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-    def __iter__(self) -> Iterator[Event]:
-        return self
-
     def __next__(self) -> Event:
         return self._call(self._s.next())
 
     def next(self, timeout: Optional[float] = None) -> Event:
         """The next event; :class:`~corelog.errors.RequestTimeout` after ``timeout`` s."""
         return self._call(self._s.next(timeout))
-
-    def close(self) -> None:
-        """Ends the subscription."""
-        if not self._loop.loop.is_closed():
-            self._call(self._s.close())

@@ -12,14 +12,9 @@ variable "name_prefix" {
   type        = string
 }
 
-variable "leader_ip" {
-  description = "Private IP address of the leader (a SAN of its certificate)."
-  type        = string
-}
-
-variable "follower_ip" {
-  description = "Private IP address of the follower (a SAN of its certificate)."
-  type        = string
+variable "node_ips" {
+  description = "Private IP address of each data node, by role (leader, follower): a SAN of its certificate."
+  type        = map(string)
 }
 
 variable "validity_hours" {
@@ -28,35 +23,49 @@ variable "validity_hours" {
 }
 
 locals {
-  leaves = {
-    leader = {
-      common_name = "${var.name_prefix}-leader"
-      dns_names   = ["leader.corelog.internal", "localhost"]
-      ips         = [var.leader_ip, "127.0.0.1"]
-      uses        = ["digital_signature", "key_agreement", "server_auth", "client_auth"]
-    }
-    follower = {
-      common_name = "${var.name_prefix}-follower"
-      dns_names   = ["follower.corelog.internal", "localhost"]
-      ips         = [var.follower_ip, "127.0.0.1"]
-      uses        = ["digital_signature", "key_agreement", "server_auth", "client_auth"]
-    }
-    client = {
-      common_name = "${var.name_prefix}-loadgen"
-      dns_names   = []
-      ips         = []
-      uses        = ["digital_signature", "key_agreement", "client_auth"]
-    }
-  }
+  # A data node's certificate serves clients and the replication port, and is the leader's
+  # client certificate when it dials the follower; the load generators' is a client one only.
+  leaves = merge(
+    {
+      for role, ip in var.node_ips : role => {
+        common_name = "${var.name_prefix}-${role}"
+        dns_names   = ["${role}.corelog.internal", "localhost"]
+        ips         = [ip, "127.0.0.1"]
+        uses        = ["digital_signature", "key_agreement", "server_auth", "client_auth"]
+      }
+    },
+    {
+      client = {
+        common_name = "${var.name_prefix}-loadgen"
+        dns_names   = []
+        ips         = []
+        uses        = ["digital_signature", "key_agreement", "client_auth"]
+      }
+    },
+  )
 }
 
-resource "tls_private_key" "ca" {
+# Every certificate's key, the CA's included.
+resource "tls_private_key" "this" {
+  for_each    = setunion(["ca"], keys(local.leaves))
   algorithm   = "ECDSA"
   ecdsa_curve = "P256"
 }
 
+# The keys' addresses when the CA's and the leaves' were two resources: a stack applied
+# then keeps its keys, and so its certificates and instances.
+moved {
+  from = tls_private_key.ca
+  to   = tls_private_key.this["ca"]
+}
+
+moved {
+  from = tls_private_key.leaf
+  to   = tls_private_key.this
+}
+
 resource "tls_self_signed_cert" "ca" {
-  private_key_pem       = tls_private_key.ca.private_key_pem
+  private_key_pem       = tls_private_key.this["ca"].private_key_pem
   is_ca_certificate     = true
   validity_period_hours = var.validity_hours
   allowed_uses          = ["cert_signing", "crl_signing", "digital_signature"]
@@ -67,15 +76,9 @@ resource "tls_self_signed_cert" "ca" {
   }
 }
 
-resource "tls_private_key" "leaf" {
-  for_each    = local.leaves
-  algorithm   = "ECDSA"
-  ecdsa_curve = "P256"
-}
-
 resource "tls_cert_request" "leaf" {
   for_each        = local.leaves
-  private_key_pem = tls_private_key.leaf[each.key].private_key_pem
+  private_key_pem = tls_private_key.this[each.key].private_key_pem
   dns_names       = each.value.dns_names
   ip_addresses    = each.value.ips
 
@@ -88,7 +91,7 @@ resource "tls_cert_request" "leaf" {
 resource "tls_locally_signed_cert" "leaf" {
   for_each              = local.leaves
   cert_request_pem      = tls_cert_request.leaf[each.key].cert_request_pem
-  ca_private_key_pem    = tls_private_key.ca.private_key_pem
+  ca_private_key_pem    = tls_private_key.this["ca"].private_key_pem
   ca_cert_pem           = tls_self_signed_cert.ca.cert_pem
   validity_period_hours = var.validity_hours
   allowed_uses          = each.value.uses
@@ -105,7 +108,7 @@ output "certs" {
   value = {
     for k, _ in local.leaves : k => {
       cert_pem = tls_locally_signed_cert.leaf[k].cert_pem
-      key_pem  = tls_private_key.leaf[k].private_key_pem_pkcs8
+      key_pem  = tls_private_key.this[k].private_key_pem_pkcs8
     }
   }
 }

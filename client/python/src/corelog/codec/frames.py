@@ -6,8 +6,8 @@ cursor every body is parsed with.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
-from typing import Iterator, Optional, Tuple, Union
+from dataclasses import dataclass, fields
+from typing import Any, ClassVar, Iterator, Optional, Tuple, Type, TypeVar, Union
 
 from .wire import CodecError, ErrorCode, FRAME_HEADER_LEN, MAX_FRAME
 
@@ -122,3 +122,27 @@ class _Body:
     def end(self) -> None:
         if self.at != len(self.buf):
             raise CodecError(f"bad body for opcode 0x{self.op:02x}: trailing bytes")
+
+
+F = TypeVar("F", bound="_Fixed")
+
+
+class _Fixed:
+    """A frame whose body is its dataclass fields, in declaration order, packed as
+    ``_LAYOUT`` (a :mod:`struct` format with ``<``): that one line is both its encoding
+    and its parsing."""
+
+    _OP: ClassVar[int]
+    _LAYOUT: ClassVar[str]
+
+    def __init_subclass__(cls, op: int, layout: str, **kw: Any) -> None:
+        super().__init_subclass__(**kw)
+        cls._OP, cls._LAYOUT = op, layout
+
+    def encode(self, req_id: int = 0) -> bytes:
+        values = (getattr(self, f.name) for f in fields(self))  # type: ignore[arg-type]
+        return _frame(self._OP, req_id, struct.pack(self._LAYOUT, *values))
+
+    @classmethod
+    def _parse(cls: Type[F], b: _Body) -> F:
+        return cls(*struct.unpack(cls._LAYOUT, b.take(struct.calcsize(cls._LAYOUT))))

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import NamedTuple, Optional, Union
+from typing import Dict, NamedTuple, Optional, Type, Union
 
 from .wire import (
     APPEND_FLAG_PRODUCER, APPEND_FLAG_STREAM, CodecError, ErrorCode, EXPECT_ANY, EXPECT_EXACT, EXPECT_NO_STREAM,
     HELLO_MAGIC, MAX_PAYLOAD, MAX_READ_BYTES, MAX_READ_COUNT, Op, PROTOCOL_VERSION, SUBSCRIBE_FLAG_STREAM, _U64,
 )
-from .frames import _Body, Frame, _frame
+from .frames import _Body, _Fixed, Frame, _frame
 from .records import ProducerSeq
 
 
@@ -146,22 +146,16 @@ class Append2:
 
 
 @dataclass(frozen=True)
-class Read:
+class Read(_Fixed, op=Op.READ, layout="<HQI"):
     shard: int
     from_offset: int
     max_bytes: int = MAX_READ_BYTES
 
-    def encode(self, req_id: int = 0) -> bytes:
-        return _frame(Op.READ, req_id, struct.pack("<HQI", self.shard, self.from_offset, self.max_bytes))
-
 
 @dataclass(frozen=True)
-class Tail:
+class Tail(_Fixed, op=Op.TAIL, layout="<HQ"):
     shard: int
     from_offset: int
-
-    def encode(self, req_id: int = 0) -> bytes:
-        return _frame(Op.TAIL, req_id, struct.pack("<HQ", self.shard, self.from_offset))
 
 
 @dataclass(frozen=True)
@@ -193,7 +187,7 @@ class Subscribe:
 
 
 @dataclass(frozen=True)
-class Trim:
+class Trim(_Fixed, op=Op.TRIM, layout="<HQ"):
     """Version 2, retention: delete the node's whole segments of ``shard`` below
     ``before`` (answered with ``Trimmed``). Only servers with retention know it; others
     answer ``UnknownOpcode``."""
@@ -201,11 +195,10 @@ class Trim:
     shard: int
     before: int
 
-    def encode(self, req_id: int = 0) -> bytes:
-        return _frame(Op.TRIM, req_id, struct.pack("<HQ", self.shard, self.before))
-
 
 Request = Union[Hello, Append, Append2, Read, Tail, ReadStream, Subscribe, Trim]
+
+_FIXED: Dict[int, Type[Union[Read, Tail, Trim]]] = {cls._OP: cls for cls in (Read, Tail, Trim)}
 
 
 def parse_request(frame: Frame) -> Request:
@@ -244,12 +237,8 @@ def parse_request(frame: Frame) -> Request:
     elif op == Op.READ_STREAM:
         n = b.u16()
         r = ReadStream(b.take(n), b.u64(), b.u32(), b.u32())
-    elif op == Op.READ:
-        r = Read(b.u16(), b.u64(), b.u32())
-    elif op == Op.TAIL:
-        r = Tail(b.u16(), b.u64())
-    elif op == Op.TRIM:
-        r = Trim(b.u16(), b.u64())
+    elif op in _FIXED:
+        r = _FIXED[op]._parse(b)
     else:
         raise CodecError(f"unknown opcode 0x{op:02x}", ErrorCode.UNKNOWN_OPCODE)
     b.end()

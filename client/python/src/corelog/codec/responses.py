@@ -9,13 +9,13 @@ from __future__ import annotations
 import enum
 import struct
 from dataclasses import dataclass
-from typing import Optional, Union
+from typing import Dict, Optional, Type, Union
 
 from .wire import (
     APPENDED_FLAG_DUPLICATE, APPENDED_FLAG_VERSION, CodecError, ErrorCode, HINT_CODES, LEADERSHIP_VERSION,
     NO_STREAM_VERSION, Op, Role,
 )
-from .frames import _Body, Frame, _frame
+from .frames import _Body, _Fixed, Frame, _frame
 
 
 class LeaderState(enum.IntEnum):
@@ -70,12 +70,9 @@ class HelloOk:
 
 
 @dataclass(frozen=True)
-class Appended:
+class Appended(_Fixed, op=Op.APPENDED, layout="<HQ"):
     shard: int
     offset: int
-
-    def encode(self, req_id: int = 0) -> bytes:
-        return _frame(Op.APPENDED, req_id, struct.pack("<HQ", self.shard, self.offset))
 
 
 @dataclass(frozen=True)
@@ -171,14 +168,11 @@ class OutOfRangeResponse:
 
 
 @dataclass(frozen=True)
-class Trimmed:
+class Trimmed(_Fixed, op=Op.TRIMMED, layout="<HQ"):
     """Answer to ``Trim``: the node's first offset of the shard now."""
 
     shard: int
     first_offset: int
-
-    def encode(self, req_id: int = 0) -> bytes:
-        return _frame(Op.TRIMMED, req_id, struct.pack("<HQ", self.shard, self.first_offset))
 
 
 @dataclass(frozen=True)
@@ -199,6 +193,8 @@ class ErrorResponse:
 Response = Union[HelloOk, Appended, Appended2, Records, StreamRecords, WrongVersion, OutOfRangeResponse, Trimmed,
                  ErrorResponse]
 
+_FIXED: Dict[int, Type[Union[Appended, Trimmed]]] = {cls._OP: cls for cls in (Appended, Trimmed)}
+
 
 def parse_response(frame: Frame) -> Response:
     """Decodes a server answer; raises :class:`CodecError` for anything malformed."""
@@ -217,16 +213,14 @@ def parse_response(frame: Frame) -> Response:
                 raise CodecError(f"bad body for opcode 0x{op:02x}: unknown leader state")
             leadership = Leadership(lease_ms, view, LeaderState(state))
         r = HelloOk(version, shard, count, Role(role), epoch, leadership)
-    elif op == Op.APPENDED:
-        r = Appended(b.u16(), b.u64())
+    elif op in _FIXED:
+        r = _FIXED[op]._parse(b)
     elif op == Op.APPENDED2:
         shard, offset, flags = b.u16(), b.u64(), b.u8()
         if flags & ~(APPENDED_FLAG_DUPLICATE | APPENDED_FLAG_VERSION):
             raise CodecError(f"bad body for opcode 0x{op:02x}: unknown Appended2 flags")
         version = b.u64() if flags & APPENDED_FLAG_VERSION else None
         r = Appended2(shard, offset, bool(flags & APPENDED_FLAG_DUPLICATE), version)
-    elif op == Op.TRIMMED:
-        r = Trimmed(b.u16(), b.u64())
     elif op == Op.STREAM_RECORDS:
         return StreamRecords(b.u16(), b.u64(), b.u64(), b.u32(), b.rest())
     elif op == Op.RECORDS:
