@@ -18,10 +18,12 @@ client/python/src/corelog; tests left out), one module = one file:
               // house: one match over every request kind, split would hide the order
 Rust edges: `crate::`, `super::`, `self::` paths (use trees and inline code), paths
 through a child module (`use cell::X` in coord/mod.rs) or a module brought in by `use`
-(`use crate::wal;` .. `wal::batch::MAX`), and in main.rs/bin/*.rs the crate's library
-name (`corelog_server::`), each resolved to the longest prefix naming a module file
+(`use crate::wal;` .. `wal::batch::MAX`), and in a binary's module tree (main.rs,
+bin/x.rs, bin/x/main.rs with the modules beside it) the crate's library name
+(`corelog_server::`), each resolved to the longest prefix naming a module file
 (`crate::wal::Log` -> wal = wal/mod.rs). `mod x;` is not an import, and arrows
-between a directory module and its own descendants are not counted (one unit). Comments,
+between a directory module and its own descendants are not counted (one unit); a
+crate root (lib.rs, main.rs, bin/x/main.rs) is no such unit with its modules. Comments,
 strings, char literals and #[cfg(test)] items/files are stripped before scanning.
 Python edges: relative and `corelog.` imports, also those inside a function or under
 TYPE_CHECKING (marked so: they still tie the modules together).
@@ -38,7 +40,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Layers per crate: module-path prefix -> layer (lower = more basic; a module may import
 # its own layer and lower ones). The longest matching prefix wins ("replica::handshake"
-# over "replica"). "crate" is lib.rs, "main" is main.rs, "bin::x" is src/bin/x.rs;
+# over "replica"). "crate" is lib.rs, "main" is main.rs, "bin::x" is src/bin/x.rs or
+# src/bin/x/main.rs, "bin::x::m" is a module of the latter (src/bin/x/m.rs, m/mod.rs);
 # Python modules are dotted ("corelog._client", "corelog.__init__").
 LAYERS = {
     "server": {
@@ -51,8 +54,8 @@ LAYERS = {
         "reexec": 0,
         # 1: transport: TLS settings and I/O, kernel TLS, peer names, the fd limit
         "net::tls": 1, "net::tls_io": 1, "net::ktls": 1, "net::peer": 1, "net::fds": 1,
-        # 2: metrics handles and the /metrics, /health endpoints
-        "metrics": 2,
+        # 2: metrics handles and the /metrics, /health endpoints; the probe that reads them
+        "metrics": 2, "probe": 2,
         # 3: storage: the write-ahead log and the per-shard epoch files
         "wal": 3, "control": 3,
         # 4: what a shard derives from its records, and its on-disk forms
@@ -74,9 +77,13 @@ LAYERS = {
         "coord": 11, "shutdown": 11,
         # 12: a node: start-up and wiring of everything above
         "node": 12,
-        # 13: the binary's subcommands and tools
-        "main": 13, "cli": 13, "quickstart": 13, "inspect": 13, "backup": 13,
-        "workload": 13, "certs": 13,
+        # 13: what a tool, not a node, runs: a backup over the client port, certificates
+        "backup": 13, "certs": 13,
+        # 14-16: the `corelog` binary (src/bin/corelog), above the whole library: 14 the
+        # client subcommands and `inspect`; 15 the tools built on them (`workload`,
+        # `quickstart`); 16 main.rs, the command line that dispatches to all of them
+        "bin::corelog::cli": 14, "bin::corelog::inspect": 14, "bin::corelog::workload": 15,
+        "bin::corelog::quickstart": 15, "bin::corelog": 16,
     },
     # client: 0 rustls settings; 1 the wire format; 2 who leads; 3 the client
     # (connections, retries, requests); 4 the APIs on a client; 5 lib.rs (re-exports)
@@ -212,13 +219,17 @@ def rust_modules(crate):
             r = os.path.relpath(os.path.join(dirpath, f), src)[:-3].split(os.sep)
             if r == ["lib"]: tree, segs, name = "lib", [], "crate"
             elif r == ["main"] and has_lib: tree, segs, name = "main", [], "main"
-            elif r[0] == "bin": tree, segs, name = "::".join(r), [], "::".join(r)
+            elif r[0] == "bin" and len(r) == 2: tree, segs, name = "::".join(r), [], "::".join(r)
+            elif r[0] == "bin":  # bin/x/main.rs and its modules: a module tree of its own
+                tree, rest = "bin::" + r[1], r[2:]
+                segs = [] if rest == ["main"] else (rest[:-1] if rest[-1] == "mod" else rest)
+                name = "::".join([tree] + segs)
             else:
                 tree, segs = ("lib" if has_lib else "main"), (r[:-1] if r[-1] == "mod" else r)
                 name = "::".join(segs) or tree.replace("lib", "crate")
             mods.append(Module(crate, name, os.path.join(dirpath, f), tree, segs))
-    tests = {tuple(m.segs + [c]) for m in mods for c in m.test_children}
-    return [m for m in mods if not (m.tree == "lib" and tuple(m.segs) in tests)]
+    tests = {(m.tree, tuple(m.segs + [c])) for m in mods for c in m.test_children}
+    return [m for m in mods if (m.tree, tuple(m.segs)) not in tests]
 
 def lib_name(crate):
     try: toml = open(os.path.join(ROOT, crate, "Cargo.toml"), encoding="utf-8").read()
@@ -261,7 +272,7 @@ def rust_edges(mods, crate):
             base, segs = list(m.segs), (segs[1:] if segs[0] == "self" else segs)
             while segs and segs[0] == "super": base, segs = base[:-1], segs[1:]
             return tree, base + segs
-        if segs[0] in aliases: return tree, aliases[segs[0]] + segs[1:]
+        if segs[0] in aliases: return aliases[segs[0]][0], aliases[segs[0]][1] + segs[1:]
         if tuple(m.segs + segs[:1]) in tree: return tree, m.segs + segs  # a child module
         return None
 
@@ -274,7 +285,7 @@ def rust_edges(mods, crate):
                 if path.startswith("::") or not segs: continue  # an external crate
                 refs.append((u.start(), segs))
                 found = absolute(m, segs, {})
-                if found and tuple(found[1]) in found[0]: aliases[alias] = found[1]
+                if found and tuple(found[1]) in found[0]: aliases[alias] = found  # (its tree, its path)
         rest = USE.sub(lambda u: blank(u.group(0)), m.code)
         refs += [(x.start(), x.group(1).split("::")) for x in PATH.finditer(rest)]
         for off, segs in sorted(refs, key=lambda r: r[0]):
@@ -419,22 +430,24 @@ def layer_of(crate, name):
     keys = [k for k in table if name == k or name.startswith(k + "::") or name.startswith(k + ".")]
     return table[max(keys, key=len)] if keys else None
 
-def kin(a, b):
+def kin(a, b, roots):
     """A directory module and its descendants are one unit: the parent declares and
-    re-exports its children, and they use its types (`shard` and `shard::commit`)."""
-    return any(x != "crate" and y.startswith(x + "::") for x, y in ((a, b), (b, a)))
+    re-exports its children, and they use its types (`shard` and `shard::commit`). A
+    crate root is not: its modules are its parts, and an arrow back to it goes up."""
+    return any(x not in roots and y.startswith(x + "::") for x, y in ((a, b), (b, a)))
 
-def analyse(crate, names, edges):
-    """(circles, arrows up, unlayered modules) of one crate's graph."""
+def analyse(crate, names, edges, roots):
+    """(circles, arrows up, unlayered modules) of one crate's graph; roots: the names of
+    its crate roots (lib.rs, main.rs, the binaries)."""
     adj, first = {}, {}
     for a, b, f, ln in edges:
-        if kin(a, b): continue
+        if kin(a, b, roots): continue
         adj.setdefault(a, set()).add(b); first.setdefault((a, b), f"{f}:{ln}")
     # A parent holds its children: an arrow into a child is an arrow into the unit, so
     # `seal -> shard -> shard::commit -> seal` is a circle.
     for n in names:
         parent = n.rsplit("::", 1)[0] if "::" in n else None
-        if parent in names:
+        if parent in names and parent not in roots:
             adj.setdefault(parent, set()).add(n); first.setdefault((parent, n), "(holds its child)")
     circles = []
     for scc in tarjan(sorted(names), adj):
@@ -455,7 +468,8 @@ def measure(args):
     res["unlayered"], graphs = {}, []
     for crate in filter(want, RUST_CRATES):
         mods = rust_modules(crate)
-        graphs += [(crate, [m.name for m in mods], rust_edges(mods, crate))] if mods else []
+        roots = {m.name for m in mods if not m.segs}
+        graphs += [(crate, [m.name for m in mods], rust_edges(mods, crate), roots)] if mods else []
         for m in mods:
             if any(m.code.count(o) != m.code.count(c) for o, c in ("{}", "()", "[]")):
                 res["warnings"].append(f"{rel(m.path)}: brackets do not balance (mid-edit?); its function lengths may be wrong")
@@ -463,10 +477,10 @@ def measure(args):
             res["files_over"] += fo; res["functions_over"] += fn; res["exceptions"] += ex
     if want(PY_PACKAGE[0]):
         names, edges, over, exc = py_graph(args.max_file_lines)
-        graphs += [(PY_PACKAGE[0], names, edges)] if names else []
+        graphs += [(PY_PACKAGE[0], names, edges, set())] if names else []
         res["files_over"] += over; res["exceptions"] += exc
-    for crate, names, edges in graphs:
-        c, u, nl = analyse(crate, names, edges)
+    for crate, names, edges, roots in graphs:
+        c, u, nl = analyse(crate, names, edges, roots)
         res["circles"] += c; res["up"] += u
         if nl: res["unlayered"][crate] = nl
     res["functions_over"].sort(key=lambda f: -f["lines"])

@@ -145,7 +145,7 @@ fn serve(bin: &Path, data: &Path, port: u16, metrics: u16) -> (Server, PathBuf) 
         if let Some(st) = server.0.try_wait().unwrap() {
             panic!("corelog serve exited ({st}):\n{}", std::fs::read_to_string(&log).unwrap_or_default());
         }
-        if corelog_server::quickstart::http_get(metrics, "/health").is_ok_and(|r| r.starts_with("HTTP/1.1 200")) {
+        if corelog_server::probe::http_get(metrics, "/health").is_ok_and(|r| r.starts_with("HTTP/1.1 200")) {
             return (server, log);
         }
         assert!(

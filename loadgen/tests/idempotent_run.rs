@@ -14,7 +14,7 @@ use common::{server_bin, skip, start_server, Server};
 use corelog_loadgen::result::RunResult;
 
 fn metric(port: u16, name: &str) -> f64 {
-    let body = corelog_server::quickstart::http_get(port, "/metrics").unwrap_or_default();
+    let body = corelog_server::probe::http_get(port, "/metrics").unwrap_or_default();
     body.lines()
         .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())

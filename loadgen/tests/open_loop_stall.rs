@@ -168,7 +168,7 @@ fn open_loop_shows_a_100ms_stall_in_p99_that_closed_loop_hides() {
 /// The server's open client connections (`corelog_connections`, all shards), from its
 /// metrics port.
 fn connections(metrics: u16) -> u64 {
-    let body = corelog_server::quickstart::http_get(metrics, "/metrics").expect("GET /metrics");
+    let body = corelog_server::probe::http_get(metrics, "/metrics").expect("GET /metrics");
     let n: f64 = body
         .lines()
         .filter(|l| l.starts_with("corelog_connections{") || l.starts_with("corelog_connections "))

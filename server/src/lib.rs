@@ -1,11 +1,14 @@
-//! corelog-server: the `corelog` binary's internals, also used by the load generator
-//! (the glommio TLS I/O) and the integration tests.
+//! corelog-server: the server, a node of the replicated log, as a library. The `corelog`
+//! binary (src/bin/corelog: the command line, the client subcommands, `inspect`,
+//! `quickstart`, `workload`) is built on it, as are the integration tests and the
+//! benchmarks.
 //!
 //! Data plane: [`shard`] (admission, group commit, acks), [`wal`] (segments, batches,
 //! recovery), [`net`] (listeners, connections, TLS), [`replica`] (leader link, follower
 //! apply). Control plane: [`control`] (epochs, locks, promotion), [`node`] (start-up),
 //! [`coord`] (etcd: leases, terms, in-sync set; coordinator mode),
-//! plus [`certs`], [`inspect`], [`cli`], [`metrics`], [`cpus`] (executor placement); [`sync`] and [`watchdog`] are the
+//! plus [`certs`], [`backup`], [`metrics`] (and [`probe`], the HTTP GET that reads its
+//! endpoints), [`cpus`] (executor placement); [`sync`] and [`watchdog`] are the
 //! executor-local wake-up and timeout primitives both planes (and the load generator) use.
 
 pub mod access;
@@ -14,22 +17,20 @@ pub mod backup;
 pub mod boot;
 pub mod certs;
 pub mod checkpoint;
-pub mod cli;
 pub mod config;
 pub mod control;
 pub mod coord;
 pub mod group;
 pub mod hist;
 pub mod index;
-pub mod inspect;
 pub mod le;
 pub mod logging;
 pub mod metrics;
 pub mod net;
 pub mod node;
 pub mod principal;
+pub mod probe;
 pub mod producers;
-pub mod quickstart;
 pub mod reexec;
 pub mod replica;
 pub mod scrub;
@@ -43,7 +44,6 @@ pub mod wal;
 // The runtime pieces (TLS I/O, kTLS, wake-ups, the watchdog, CPUs, open files) are
 // their own crate, shared with the load generator; re-exported under their old paths.
 pub use corelog_runtime::{cpus, sync, watchdog};
-pub mod workload;
 
 /// Stops the process on an unrecoverable error (fsync/write failure, corruption found
 /// while running): one clear line, non-zero exit, nothing acknowledged after it.

@@ -336,7 +336,7 @@ impl Drop for Node {
 }
 
 #[allow(unused_imports)] // not every test binary uses it
-pub use corelog_server::quickstart::http_get;
+pub use corelog_server::probe::http_get;
 
 pub fn client_config(certs: Option<&Path>) -> ClientConfig {
     match certs {

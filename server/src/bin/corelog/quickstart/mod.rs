@@ -10,6 +10,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use corelog_server::probe::http_get;
+use corelog_server::{control, wal};
+
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// Closed-loop connections (each with one append in flight).
@@ -69,16 +72,6 @@ pub(crate) fn wait_healthy(port: u16, p: &mut Proc) -> Result<(), String> {
     Err(format!("{} not healthy after 30 s", p.name))
 }
 
-pub fn http_get(port: u16, path: &str) -> std::io::Result<String> {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port))?;
-    s.set_read_timeout(Some(Duration::from_secs(2)))?;
-    write!(s, "GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n")?;
-    let mut out = String::new();
-    s.read_to_string(&mut out)?;
-    Ok(out)
-}
-
 pub(crate) fn start(exe: &Path, name: &'static str, args: &[String], log: &Path) -> Result<Proc, String> {
     let f = std::fs::File::create(log).map_err(|e| e.to_string())?;
     let child = Command::new(exe)
@@ -93,8 +86,8 @@ pub(crate) fn start(exe: &Path, name: &'static str, args: &[String], log: &Path)
 
 fn count_records(data: &Path) -> Result<u64, String> {
     let mut n = 0;
-    for s in crate::control::list_shards(data)? {
-        n += crate::wal::recovery::scan(s, &crate::control::shard_dir(data, s)).map_err(|e| e.to_string())?.records;
+    for s in control::list_shards(data)? {
+        n += wal::recovery::scan(s, &control::shard_dir(data, s)).map_err(|e| e.to_string())?.records;
     }
     Ok(n)
 }
@@ -117,7 +110,7 @@ pub fn run(a: Args) -> Result<(), String> {
     let loadgen = sibling("corelog-loadgen")?;
     let root = root(&a)?;
     let certs = root.join("certs");
-    crate::certs::generate(&certs, &[], &[])?;
+    corelog_server::certs::generate(&certs, &[], &[])?;
     let c = |f: &str| certs.join(f).display().to_string();
     let p = a.port;
     let node = |role: &str, ports: (u16, u16, u16), cert: &str| node_args(&root, &certs, p, role, ports, cert);
@@ -171,8 +164,8 @@ pub fn run(a: Args) -> Result<(), String> {
     Ok(())
 }
 
-/// `serve` arguments of one node of the quickstart pair; `ports`: client, replication
-/// and metrics ports; the leader's client port is `leader_port`.
+/// `serve` arguments of one node of the static pair: `role` "leader" or "follower",
+/// `cert` its certificate; the leader's client port is `leader_port`.
 fn node_args(
     root: &Path,
     certs: &Path,
@@ -181,33 +174,35 @@ fn node_args(
     ports: (u16, u16, u16),
     cert: &str,
 ) -> Vec<String> {
-    let (listen, repl, metrics) = ports;
-    let c = |f: &str| certs.join(f).display().to_string();
-    let mut v: Vec<String> = vec![
-        "serve".into(),
-        "--role".into(),
-        role.into(),
-        "--data-dir".into(),
-        root.join(role).display().to_string(),
-        "--listen".into(),
-        format!("127.0.0.1:{listen}"),
-        "--repl-listen".into(),
-        format!("127.0.0.1:{repl}"),
-        "--metrics-listen".into(),
-        format!("127.0.0.1:{metrics}"),
-        "--cert".into(),
-        c(&format!("{cert}.pem")),
-        "--key".into(),
-        c(&format!("{cert}.key")),
-        "--client-ca".into(),
-        c("ca.pem"),
-        "--segment-bytes".into(),
-        (64u64 << 20).to_string(),
-    ];
+    let mut v = serve_args(&root.join(role), certs, cert, ports);
+    v.extend(["--role".into(), role.into()]);
     if role == "leader" {
         v.extend(["--follower-addr".into(), format!("127.0.0.1:{}", leader_port + 300)]);
     } else {
         v.extend(["--leader-addr".into(), format!("127.0.0.1:{leader_port}")]);
+    }
+    v
+}
+
+/// The `serve` arguments every quickstart node has, in either mode: its data dir, its
+/// client, replication and metrics ports (`ports`) on loopback, mTLS with the generated
+/// certificate `cert` from `certs`, and 64 MiB segments.
+pub(crate) fn serve_args(data: &Path, certs: &Path, cert: &str, ports: (u16, u16, u16)) -> Vec<String> {
+    let (listen, repl, metrics) = ports;
+    let c = |f: &str| certs.join(f).display().to_string();
+    let local = |p: u16| format!("127.0.0.1:{p}");
+    let mut v = vec!["serve".to_string()];
+    for (flag, val) in [
+        ("--data-dir", data.display().to_string()),
+        ("--listen", local(listen)),
+        ("--repl-listen", local(repl)),
+        ("--metrics-listen", local(metrics)),
+        ("--cert", c(&format!("{cert}.pem"))),
+        ("--key", c(&format!("{cert}.key"))),
+        ("--client-ca", c("ca.pem")),
+        ("--segment-bytes", (64u64 << 20).to_string()),
+    ] {
+        v.extend([flag.to_string(), val]);
     }
     v
 }

@@ -1,4 +1,12 @@
-//! `corelog`: one binary for the server and its tools.
+//! `corelog`: one binary for the server and its tools. `serve`, `certs` and the admin
+//! commands on a stopped node's data dir call the library (`corelog_server`) directly;
+//! the client subcommands are in [`cli`], the rest in [`inspect`], [`quickstart`] and
+//! [`workload`].
+
+mod cli;
+mod inspect;
+mod quickstart;
+mod workload;
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -7,10 +15,11 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
-use corelog_server::cli::{self, ConnArgs};
 use corelog_server::coord::CoordConfig;
 use corelog_server::node::{self, NodeRole, ServeConfig, TlsFiles};
-use corelog_server::{certs, config, control, inspect, quickstart};
+use corelog_server::{certs, config, control};
+
+use cli::ConnArgs;
 
 #[derive(Parser)]
 #[command(name = "corelog", version, about = "Thread-per-core durable replicated event log")]
@@ -110,7 +119,7 @@ enum Cmd {
     /// Generate certs, start a leader and a follower, run a short load, print results.
     Quickstart(quickstart::Args),
     /// Closed-loop load recording every operation, then a read-back cross-check.
-    Workload(corelog_server::workload::Args),
+    Workload(workload::Args),
     /// Control-plane operations.
     Admin {
         #[command(subcommand)]
@@ -136,7 +145,7 @@ enum AdminCmd {
     /// below it get OutOfRange.
     Trim {
         #[command(flatten)]
-        conn: corelog_server::cli::ConnArgs,
+        conn: cli::ConnArgs,
         #[arg(long)]
         shard: u16,
         /// Delete segments holding only offsets below this.
@@ -150,7 +159,7 @@ enum AdminCmd {
     /// them. Start a node with `--data-dir DIR` to restore; `corelog inspect DIR` checks it.
     Backup {
         #[command(flatten)]
-        conn: corelog_server::cli::ConnArgs,
+        conn: cli::ConnArgs,
         /// The backup directory (a data directory).
         #[arg(long)]
         to: PathBuf,
@@ -393,7 +402,7 @@ fn serve_config(a: ServeArgs) -> Result<ServeConfig, String> {
         (None, ..) => return Err("--repl-cert/--repl-key/--repl-ca cannot be combined with --insecure".into()),
         _ => return Err("--repl-cert, --repl-key and --repl-ca go together".into()),
     };
-    corelog_server::cli::check_segment_bytes(a.segment_bytes)?;
+    cli::check_segment_bytes(a.segment_bytes)?;
     let mapping = corelog_server::principal::Mapping::parse(&a.principal_from)?;
     let authz = match (a.authz, &tls) {
         (None, _) => None,
@@ -534,7 +543,7 @@ fn main() {
             }
         }),
         Cmd::Quickstart(a) => quickstart::run(a),
-        Cmd::Workload(a) => corelog_server::workload::main(a),
+        Cmd::Workload(a) => workload::main(a),
         Cmd::Admin { cmd: AdminCmd::Trim { conn, shard, before } } => cli::trim(&conn, shard, before),
         Cmd::Admin { cmd: AdminCmd::Backup { conn, to, segment_bytes, max_mb_per_s } } => {
             cli::backup(&conn, &to, segment_bytes, max_mb_per_s)

@@ -9,10 +9,10 @@ use std::path::Path;
 
 use corelog_client::record::{self, RecordRef};
 
-use crate::control;
-use crate::streams::Streams;
-use crate::wal::recovery::{self, ScanError};
-use crate::wal::segidx;
+use corelog_server::streams::{self, Streams};
+use corelog_server::wal::recovery::{self, ScanError};
+use corelog_server::wal::{self, segidx};
+use corelog_server::{checkpoint, control, index, snapshot};
 
 pub fn run(data_dir: &Path) -> i32 {
     let shards = match control::list_shards(data_dir) {
@@ -145,19 +145,19 @@ struct Derived {
     runs: Vec<Option<(u32, Vec<u8>)>>,
     /// The log was trimmed: pointers and run numbers are not comparable.
     trimmed: bool,
-    checkpoint: Option<(u64, Result<crate::checkpoint::Checkpoint, String>)>,
+    checkpoint: Option<(u64, Result<checkpoint::Checkpoint, String>)>,
     /// The streams the simulation held at the checkpoint's offset.
-    at_checkpoint: Option<Vec<crate::streams::Head>>,
+    at_checkpoint: Option<Vec<streams::Head>>,
 }
 
 impl Derived {
-    fn new(dir: &Path, trim: Option<&crate::index::LogIndex>) -> Derived {
+    fn new(dir: &Path, trim: Option<&index::LogIndex>) -> Derived {
         let starts: Vec<u64> =
             recovery::list_segments(dir).map(|v| v.into_iter().map(|(f, _)| f).collect()).unwrap_or_default();
-        let checkpoint = crate::checkpoint::list(dir)
+        let checkpoint = checkpoint::list(dir)
             .ok()
             .and_then(|v| v.into_iter().next_back())
-            .map(|(o, p)| (o, crate::checkpoint::read(&p, o)));
+            .map(|(o, p)| (o, checkpoint::read(&p, o)));
         let mut sim = Streams::default();
         if let Some(t) = trim {
             for (n, v) in t.streams.next_versions() {
@@ -310,18 +310,18 @@ fn clamp_epochs(epochs: &[(u32, u64)], first: u64) -> Vec<(u32, u64)> {
 
 /// What retention left in a shard directory: a line about it (None: never trimmed) and
 /// the index at the log's start (from the snapshot), with that start.
-fn trim_state(dir: &Path) -> Result<(Option<String>, (crate::index::LogIndex, u64)), String> {
-    let p = crate::snapshot::plan(dir)?;
+fn trim_state(dir: &Path) -> Result<(Option<String>, (index::LogIndex, u64)), String> {
+    let p = snapshot::plan(dir)?;
     let Some((at, path)) = &p.snapshot else {
         let line = (!p.stale.is_empty())
             .then(|| format!("{} stale index snapshot(s), removed at the next start", p.stale.len()));
-        return Ok((line, (crate::index::LogIndex::versions_only(usize::MAX), 0)));
+        return Ok((line, (index::LogIndex::versions_only(usize::MAX), 0)));
     };
     let b = std::fs::read(path).map_err(|e| format!("read {}: {e}", path.display()))?;
-    let (_, ix) = crate::snapshot::decode(&b, usize::MAX).map_err(|e| format!("{}: {e}", path.display()))?;
+    let (_, ix) = snapshot::decode(&b, usize::MAX).map_err(|e| format!("{}: {e}", path.display()))?;
     let mut line = format!(
         "trimmed: offsets below {at} deleted by retention; index snapshot {} holds {} stream(s), {} producer(s)",
-        crate::snapshot::file_name(*at),
+        snapshot::file_name(*at),
         ix.streams.len(),
         ix.producers.len()
     );
@@ -372,7 +372,7 @@ impl<'a> BatchReader<'a> {
                     Some(std::fs::File::open(&seg.path).map_err(|e| format!("open {}: {e}", seg.path.display()))?);
             }
             let mut buf = vec![0u8; bl.records_len as usize];
-            let at = bl.pos + crate::wal::batch::BATCH_HEADER_LEN as u64;
+            let at = bl.pos + wal::batch::BATCH_HEADER_LEN as u64;
             self.file
                 .as_ref()
                 .expect("opened above")

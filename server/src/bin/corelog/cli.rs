@@ -318,7 +318,7 @@ pub fn backup(conn: &ConnArgs, to: &Path, segment_bytes: u64, max_mb_s: f64) -> 
     }
     let cfg = conn.config()?;
     let started = std::time::Instant::now();
-    let copies = crate::backup::run(&conn.addr, &cfg, to, segment_bytes, max_mb_s)?;
+    let copies = corelog_server::backup::run(&conn.addr, &cfg, to, segment_bytes, max_mb_s)?;
     let (mut copied, mut bytes) = (0, 0);
     for c in &copies {
         println!("shard {} offsets {}..{} (copied {}..{}) epoch {}", c.shard, c.first, c.next, c.from, c.next, c.epoch);
@@ -338,7 +338,7 @@ pub fn backup(conn: &ConnArgs, to: &Path, segment_bytes: u64, max_mb_s: f64) -> 
 
 /// `--segment-bytes`: a multiple of 4096 from 4 MiB to what a batch index addresses.
 pub fn check_segment_bytes(n: u64) -> Result<(), String> {
-    let max = crate::wal::batchindex::MAX_SEGMENT_BYTES;
+    let max = corelog_server::wal::batchindex::MAX_SEGMENT_BYTES;
     if !n.is_multiple_of(4096) || n < 4 * 1024 * 1024 || n > max {
         return Err(format!(
             "--segment-bytes must be a multiple of 4096, at least 4 MiB and at most {} GiB",

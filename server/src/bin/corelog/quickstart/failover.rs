@@ -13,9 +13,10 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use corelog_client::ClientConfig;
-
-use super::{http_get, start, Args, Proc};
 use corelog_history::{self as workload, Logs};
+use corelog_server::probe::http_get;
+
+use super::{serve_args, start, Args, Proc};
 
 const IDS: [&str; 2] = ["a", "b"];
 
@@ -64,7 +65,7 @@ fn start_etcd(root: &Path, l: &Layout) -> Result<Proc, String> {
         .map_err(|e| format!("start etcd: {e}"))?;
     eprintln!("quickstart: started etcd (pid {}), log {}", child.id(), log.display());
     let mut p = Proc { name: "etcd", child };
-    let mut etcd = crate::coord::etcd::Etcd::new(&client, Duration::from_secs(1))?;
+    let mut etcd = corelog_server::coord::etcd::Etcd::new(&client, Duration::from_secs(1))?;
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         if etcd.range_prefix("/corelog/").is_ok() {
@@ -81,24 +82,17 @@ fn start_etcd(root: &Path, l: &Layout) -> Result<Proc, String> {
 }
 
 fn node_args(root: &Path, l: &Layout, i: usize) -> Vec<String> {
-    let c = |f: &str| root.join("certs").join(f).display().to_string();
     let cert = ["server", "follower"][i];
     let local = |p: u16| format!("127.0.0.1:{p}");
-    let mut v: Vec<String> = vec!["serve".into(), "--data-dir".into(), root.join(IDS[i]).display().to_string()];
+    let ports = (l.client(i), l.repl(i), l.metrics(i));
+    let mut v = serve_args(&root.join(IDS[i]), &root.join("certs"), cert, ports);
     for (flag, val) in [
-        ("--listen", local(l.client(i))),
-        ("--repl-listen", local(l.repl(i))),
-        ("--metrics-listen", local(l.metrics(i))),
         ("--coordinator", format!("http://127.0.0.1:{}", l.etcd())),
         ("--cluster", "quickstart".into()),
         ("--node-id", IDS[i].into()),
         ("--peer-id", IDS[1 - i].into()),
         ("--peer-repl", local(l.repl(1 - i))),
         ("--peer-client", local(l.client(1 - i))),
-        ("--cert", c(&format!("{cert}.pem"))),
-        ("--key", c(&format!("{cert}.key"))),
-        ("--client-ca", c("ca.pem")),
-        ("--segment-bytes", (64u64 << 20).to_string()),
     ] {
         v.extend([flag.to_string(), val]);
     }
@@ -146,7 +140,7 @@ pub fn run(a: Args) -> Result<(), String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let root = super::root(&a)?;
     let certs = root.join("certs");
-    crate::certs::generate(&certs, &[], &[])?;
+    corelog_server::certs::generate(&certs, &[], &[])?;
     let l = Layout { base: a.port };
     let _etcd = start_etcd(&root, &l)?;
     let log = |i: usize| root.join(format!("{}.log", IDS[i]));
