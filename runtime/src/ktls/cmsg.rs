@@ -28,6 +28,22 @@ fn space_for_one_byte() -> usize {
     n
 }
 
+/// A `msghdr` over `iov` (one buffer) and the first `controllen` bytes of `cbuf`. It
+/// holds their addresses: the caller keeps both alive and unmoved while the kernel uses it.
+fn msghdr(iov: &mut libc::iovec, cbuf: &mut CmsgBuf, controllen: usize) -> libc::msghdr {
+    assert!(
+        controllen <= mem::size_of::<CmsgBuf>(),
+        "kTLS: {controllen} bytes of control messages asked of the buffer"
+    );
+    // SAFETY: an all-zero msghdr is a valid value (null pointers, zero lengths).
+    let mut msg: libc::msghdr = unsafe { mem::zeroed() };
+    msg.msg_iov = iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = (cbuf as *mut CmsgBuf).cast();
+    msg.msg_controllen = controllen as _;
+    msg
+}
+
 /// `recvmsg` with a control buffer: reads the next record (or application data) and its
 /// type. `Ok(None)`: nothing ready (EAGAIN). Never blocks.
 pub fn recv_record(fd: RawFd, buf: &mut [u8]) -> io::Result<Option<(u8, usize)>> {
@@ -41,11 +57,7 @@ pub fn recv_record(fd: RawFd, buf: &mut [u8]) -> io::Result<Option<(u8, usize)>>
     unsafe {
         let mut cbuf: CmsgBuf = mem::zeroed();
         let mut iov = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
-        let mut msg: libc::msghdr = mem::zeroed();
-        msg.msg_iov = &mut iov;
-        msg.msg_iovlen = 1;
-        msg.msg_control = (&mut cbuf as *mut CmsgBuf).cast();
-        msg.msg_controllen = mem::size_of::<CmsgBuf>() as _;
+        let mut msg = msghdr(&mut iov, &mut cbuf, mem::size_of::<CmsgBuf>());
         let n = libc::recvmsg(fd, &mut msg, libc::MSG_DONTWAIT);
         if n < 0 {
             let e = io::Error::last_os_error();
@@ -91,11 +103,7 @@ pub fn send_alert(fd: RawFd, level: u8, desc: u8) -> io::Result<()> {
     unsafe {
         let mut cbuf: CmsgBuf = mem::zeroed();
         let mut iov = libc::iovec { iov_base: payload.as_mut_ptr().cast(), iov_len: payload.len() };
-        let mut msg: libc::msghdr = mem::zeroed();
-        msg.msg_iov = &mut iov;
-        msg.msg_iovlen = 1;
-        msg.msg_control = (&mut cbuf as *mut CmsgBuf).cast();
-        msg.msg_controllen = room as _;
+        let msg = msghdr(&mut iov, &mut cbuf, room);
         let c = libc::CMSG_FIRSTHDR(&msg);
         assert!(!c.is_null(), "kTLS sendmsg: no room for the record-type cmsg in {room} bytes");
         (*c).cmsg_level = libc::SOL_TLS;

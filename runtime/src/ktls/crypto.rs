@@ -55,6 +55,25 @@ fn copy<const N: usize>(src: &[u8]) -> [u8; N] {
     a
 }
 
+/// The uapi header of a TLS 1.3 crypto info struct for `cipher_type`.
+fn tls13(cipher_type: u16) -> libc::tls_crypto_info {
+    libc::tls_crypto_info { version: libc::TLS_1_3_VERSION, cipher_type }
+}
+
+/// An AES-GCM crypto info (`$variant` holding the uapi struct `$ty`): the two sizes share
+/// a layout but for the key, and split rustls' IV into a 4-byte salt and an 8-byte iv.
+macro_rules! aes_gcm {
+    ($variant:ident, $ty:ident, $cipher_type:expr, $key:expr, $iv:expr, $rec_seq:expr) => {
+        CryptoInfo::$variant(libc::$ty {
+            info: tls13($cipher_type),
+            iv: copy(&$iv[4..]),
+            key: copy($key),
+            salt: copy(&$iv[..4]),
+            rec_seq: $rec_seq,
+        })
+    };
+}
+
 impl CryptoInfo {
     /// `iv` is rustls' 12-byte TLS 1.3 IV. AES-GCM splits it into the 4-byte salt and
     /// the 8-byte iv; ChaCha20-Poly1305 takes all 12 as iv with no salt. `seq` is the
@@ -63,31 +82,14 @@ impl CryptoInfo {
         assert_eq!(key.len(), c.key_len(), "kTLS {c:?}: key of {} bytes, the cipher takes {}", key.len(), c.key_len());
         let rec_seq = seq.to_be_bytes();
         match c {
-            Cipher::Aes128Gcm => CryptoInfo::Aes128(libc::tls12_crypto_info_aes_gcm_128 {
-                info: libc::tls_crypto_info {
-                    version: libc::TLS_1_3_VERSION,
-                    cipher_type: libc::TLS_CIPHER_AES_GCM_128,
-                },
-                iv: copy(&iv[4..]),
-                key: copy(key),
-                salt: copy(&iv[..4]),
-                rec_seq,
-            }),
-            Cipher::Aes256Gcm => CryptoInfo::Aes256(libc::tls12_crypto_info_aes_gcm_256 {
-                info: libc::tls_crypto_info {
-                    version: libc::TLS_1_3_VERSION,
-                    cipher_type: libc::TLS_CIPHER_AES_GCM_256,
-                },
-                iv: copy(&iv[4..]),
-                key: copy(key),
-                salt: copy(&iv[..4]),
-                rec_seq,
-            }),
+            Cipher::Aes128Gcm => {
+                aes_gcm!(Aes128, tls12_crypto_info_aes_gcm_128, libc::TLS_CIPHER_AES_GCM_128, key, iv, rec_seq)
+            }
+            Cipher::Aes256Gcm => {
+                aes_gcm!(Aes256, tls12_crypto_info_aes_gcm_256, libc::TLS_CIPHER_AES_GCM_256, key, iv, rec_seq)
+            }
             Cipher::Chacha20 => CryptoInfo::Chacha(libc::tls12_crypto_info_chacha20_poly1305 {
-                info: libc::tls_crypto_info {
-                    version: libc::TLS_1_3_VERSION,
-                    cipher_type: libc::TLS_CIPHER_CHACHA20_POLY1305,
-                },
+                info: tls13(libc::TLS_CIPHER_CHACHA20_POLY1305),
                 iv: copy(iv),
                 key: copy(key),
                 salt: [0u8; 0],
@@ -156,6 +158,7 @@ impl Drop for CryptoInfo {
             // optimised away as a dead store before the free.
             unsafe { std::ptr::write_volatile(b, 0) };
         }
+        debug_assert!(key.iter().all(|b| *b == 0), "kTLS crypto info: a key left unwiped");
     }
 }
 

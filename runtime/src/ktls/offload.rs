@@ -47,6 +47,8 @@ pub enum Refused {
 /// holds no unsent records (`!wants_write()`), no unread plaintext and no received
 /// bytes short of a record boundary (see [`super::Frames`]); `wanted()` said yes.
 pub fn offload(fd: RawFd, c: rustls::Connection) -> Result<Offloaded, Refused> {
+    // `wanted()` said yes: the kernel structs built below are TLS 1.3's.
+    assert_eq!(c.protocol_version(), Some(ProtocolVersion::TLSv1_3), "kTLS hand-off of a session not TLS 1.3");
     if c.wants_write() {
         return Err(Refused::Userspace(Box::new(c), "rustls still has records to send".into()));
     }

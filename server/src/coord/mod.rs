@@ -153,6 +153,7 @@ impl Coordinator {
         if cfg.lease < MIN_LEASE {
             return Err(format!("--lease-ttl-ms must be at least {}", MIN_LEASE.as_millis()));
         }
+        assert!(cfg.margin() + cfg.beat_every() < cfg.lease, "four beats and the margin fit in {:?}", cfg.lease);
         let etcd = Etcd::new(&cfg.endpoints, ETCD_TIMEOUT)?;
         let prefix = format!("/corelog/{}/", cfg.cluster);
         let mut c = Coordinator {
@@ -245,20 +246,16 @@ impl Coordinator {
     /// term, the leader key and the heartbeat are still as `view` saw them (a beat that
     /// landed since fails it: the leader was not silent after all).
     fn claim(&mut self, view: &View, t: &Term) -> Result<bool, String> {
+        // Epochs only rise: a claim is ours, above the term it replaces and our disk's.
+        let above = view.term.as_ref().is_none_or(|(old, _)| t.epoch > old.epoch) && t.epoch > self.disk_epoch;
+        assert!(above && t.leader == self.cfg.node_id, "claiming {t:?} over {:?}", view.term);
         let (tk, lk, ak) = (self.key("term"), self.key("leader"), self.key("alive"));
-        let mut cmps = Vec::new();
-        match &view.term {
-            None => cmps.push(Cmp::Absent(&tk)),
-            Some((_, rev)) => cmps.push(Cmp::ModRev(&tk, *rev)),
-        }
-        match &view.leader {
-            None => cmps.push(Cmp::Absent(&lk)),
-            Some((_, rev)) => cmps.push(Cmp::ModRev(&lk, *rev)),
-        }
-        match &view.alive {
-            None => cmps.push(Cmp::Absent(&ak)),
-            Some((_, rev)) => cmps.push(Cmp::ModRev(&ak, *rev)),
-        }
+        let seen = |key, rev: Option<i64>| rev.map_or(Cmp::Absent(key), |r| Cmp::ModRev(key, r));
+        let cmps = [
+            seen(&tk, view.term.as_ref().map(|(_, r)| *r)),
+            seen(&lk, view.leader.as_ref().map(|(_, r)| *r)),
+            seen(&ak, view.alive.as_ref().map(|(_, r)| *r)),
+        ];
         let value = t.encode();
         let me = self.cfg.node_id.clone();
         let beat = Alive { epoch: t.epoch, leader: me.clone() }.encode();
@@ -289,6 +286,7 @@ impl Coordinator {
 
     /// Changes the term's in-sync set, guarded by its revision and our leadership.
     fn set_isr(&mut self, t: &Term, isr: Vec<String>) -> Result<bool, String> {
+        assert!(isr.first() == Some(&self.cfg.node_id) && isr.len() <= 2, "in-sync set {isr:?}: the leader first");
         let (tk, lk) = (self.key("term"), self.key("leader"));
         let value = Term { isr, ..t.clone() }.encode();
         let me = self.cfg.node_id.clone();
@@ -305,6 +303,7 @@ impl Coordinator {
     /// Runs for the life of this incarnation; never returns (it re-executes the process).
     pub fn run(mut self, ctl: Arc<ControlCell>) -> ! {
         let d = self.decision.clone().expect("decided in start");
+        assert!(!d.leading || d.term.leader == self.cfg.node_id, "leading {:?}, not ours", d.term);
         ctl.set_lease(self.cfg.lease);
         ctl.set_view(d.term.epoch, LeaderState::Unknown);
         gauges(&d.term, d.leading, ctl.solo());
@@ -325,11 +324,11 @@ impl Coordinator {
     /// Sets what a leader's shards act on (in-sync set, lease from the claim, view),
     /// then orders them to lead `t` in place.
     fn lead_in_place(&mut self, ctl: &ControlCell, t: &Term, why: &str) {
+        assert_eq!(t.leader, self.cfg.node_id, "leading a term in place that names another node");
+        let at = self.claimed_at.expect("a term led in place was claimed by this node");
         let solo = self.cfg.solo_in(t);
         ctl.set_solo(solo);
-        if let Some(at) = self.claimed_at {
-            ctl.set_lease_until(at + self.cfg.lease.saturating_sub(self.cfg.margin()));
-        }
+        ctl.set_lease_until(at + self.cfg.lease.saturating_sub(self.cfg.margin()));
         ctl.set_view(t.epoch, LeaderState::Unknown);
         gauges(t, true, solo);
         log::info!("coordinator: {why}: leading in epoch {} in place (in-sync set {:?})", t.epoch, t.isr);
@@ -343,9 +342,8 @@ impl Coordinator {
         let mut lapsed = None;
         let mut compact = (Instant::now() + COMPACT_EVERY, 0);
         // The claim was a beat: acknowledge from here (the shards may still be recovering).
-        if let Some(at) = self.claimed_at {
-            ctl.set_lease_until(at + self.cfg.lease.saturating_sub(self.cfg.margin()));
-        }
+        let claimed = self.claimed_at.expect("a node leads only a term it claimed");
+        ctl.set_lease_until(claimed + self.cfg.lease.saturating_sub(self.cfg.margin()));
         loop {
             let now = Instant::now();
             if now >= next_beat {
@@ -379,7 +377,9 @@ impl Coordinator {
                     if let Err(why) = term::still_leading(&view, &self.cfg.node_id, t.epoch) {
                         return why;
                     }
-                    t = view.term.expect("checked by still_leading").0;
+                    let read = view.term.expect("checked by still_leading").0;
+                    assert!(read.epoch == t.epoch && read.leader == t.leader, "led {t:?}, read {read:?}");
+                    t = read;
                     ctl.set_view(t.epoch, LeaderState::Unknown);
                     if let Err(e) = self.manage_isr(ctl, &t) {
                         self.note("isr", &format!("in-sync set: {e}"));
@@ -510,6 +510,7 @@ impl Coordinator {
                 }
             }
             let lost: u64 = ctl.slots.iter().map(|s| s.links_lost.load(std::sync::atomic::Ordering::Acquire)).sum();
+            assert!(lost >= links_lost, "{lost} replication links lost, {links_lost} before: the counters only grow");
             if lost > links_lost {
                 links_lost = lost;
                 probe_until = Some(now + PROBE_WINDOW);
@@ -550,6 +551,7 @@ impl Coordinator {
                                     };
                                     let why =
                                         format!("took over as leader of epoch {}: the leader is lost ({how})", t.epoch);
+                                    assert!(t.epoch > shown.epoch, "took over {t:?} after {shown:?}");
                                     return Followed::Won(t, why);
                                 }
                                 Ok(false) => {}

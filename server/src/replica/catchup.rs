@@ -46,6 +46,7 @@ impl Tally {
         if secs < REPORT_EVERY.as_secs_f64() {
             return None;
         }
+        assert!(self.bytes >= self.last.1 && self.records >= self.last.2, "catch-up tally went backwards");
         let (mb_s, rec_s) =
             ((self.bytes - self.last.1) as f64 / secs / 1e6, (self.records - self.last.2) as f64 / secs);
         let eta = if rec_s > 0.0 { format!("about {:.0} s left", behind as f64 / rec_s) } else { "no progress".into() };
@@ -73,6 +74,7 @@ pub struct CatchUp {
 impl CatchUp {
     pub fn start(shard: &Shard, cursor: u64) -> CatchUp {
         let end = shard.log().next_offset();
+        assert!(cursor < end, "shard {}: a catch-up from {cursor}, at or past the log's end {end}", shard.id());
         log::info!(
             "shard {}: catching the follower up from the segments at offset {cursor} (not in the {} bytes of recent batches kept in memory): {} records behind{}",
             shard.id(),
@@ -106,6 +108,13 @@ impl CatchUp {
     /// `count` records of `bytes` sent; the follower's next offset is now `cursor`.
     pub fn sent(&mut self, shard: &Shard, count: u32, bytes: usize, cursor: u64) {
         self.tally.add(count, bytes);
+        // Catch-up batches follow one another gap-free from where it started.
+        assert_eq!(
+            cursor,
+            self.tally.from + self.tally.records,
+            "shard {}: catch-up cursor off its batches",
+            self.shard
+        );
         shard.metrics().rebuild_bytes.increment(bytes as u64);
         let behind = shard.log().next_offset().saturating_sub(cursor);
         let left = self.tally.left(behind);
@@ -162,6 +171,7 @@ impl Behind {
     /// reached the target (drop it then).
     pub fn staged(&mut self, shard: &Shard, count: u32, bytes: usize, next: u64) -> bool {
         self.tally.add(count, bytes);
+        debug_assert_eq!(next, self.tally.from + self.tally.records, "shard {}: batches staged with a gap", self.shard);
         let behind = self.target.saturating_sub(next);
         if behind == 0 {
             if self.reporting {

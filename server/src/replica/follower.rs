@@ -77,6 +77,7 @@ async fn serve(
     // The newest authenticated leader connection wins; older ones stop applying.
     gen.set(gen.get() + 1);
     let my_gen = gen.get();
+    assert!(my_gen > 0, "shard {}: link generations start at 1", shard.id());
     agree(shard, (&mut rd, &mut wr, &mut used), leader_epoch, (gen, my_gen), dir).await?;
     follow(shard, (rd, wr, used), (leader_epoch, leader_end), (gen, my_gen), dir).await
 }
@@ -140,6 +141,9 @@ async fn leader_hello(
         log::info!("shard {}: {msg}", shard.id());
         return Err(refuse(wr, ErrorCode::Diverged, msg).await);
     }
+    // Nothing awaited since the checks: the leader is not behind us in epoch nor in what
+    // it had made durable here, and we still follow.
+    assert!(epoch >= shard.epoch() && leader_end >= floor, "shard {}: leader Hello accepted unchecked", shard.id());
     Ok((epoch, leader_end))
 }
 
@@ -192,7 +196,14 @@ async fn agree(
         }
         // The epoch is durable before any cut or record of it: a leader whose epoch we
         // accepted can never be outbid by a restarted incarnation of itself.
+        let before = shard.epoch();
         shard.adopt_epoch(dir, epoch)?;
+        assert!(
+            shard.epoch() >= before && shard.epoch() >= epoch,
+            "shard {}: epoch {} after adopting {epoch} from {before}",
+            shard.id(),
+            shard.epoch()
+        );
         let truncate_to = shard.log().with_history(|h| handshake::follower_cut(h, truncate_to, common_epoch));
         let first = shard.log().first_offset();
         if truncate_to < first {
@@ -208,6 +219,7 @@ async fn agree(
                 .truncate(truncate_to)
                 .await
                 .unwrap_or_else(|e| crate::fatal(&format!("shard {}: truncate failed: {e}", shard.id())));
+            assert!(end <= truncate_to, "shard {}: cut to {truncate_to} left the log ending at {end}", shard.id());
             log::info!(
                 "shard {}: dropped records {end}..{before} the leader does not have (never acknowledged)",
                 shard.id()
@@ -227,6 +239,7 @@ async fn follow(
     dir: &std::path::Path,
 ) -> Result<(), String> {
     let start = shard.log().next_offset();
+    assert!(start >= shard.log().first_offset(), "shard {}: log ends at {start} below its start", shard.id());
     let (last_epoch, last_crc) =
         shard.log().last_record_id(start).await.map_err(|e| format!("reading our last record: {e}"))?.unwrap_or((0, 0));
     let mut out = Vec::new();
@@ -299,7 +312,18 @@ async fn apply(
         }
         shard.stage_replicated(first_offset, count, records);
         assert_eq!(shard.assigned(), first_offset + count as u64, "shard {}: a batch staged out of place", shard.id());
+        // Epochs only move up under a link: ours is at least the one it adopted.
+        assert!(epoch <= shard.epoch(), "shard {}: applying epoch {epoch} above ours {}", shard.id(), shard.epoch());
         floor.leader_durable_below(first_offset);
+        // What the leader has shown durable is something we staged: the floor persisted
+        // on its word never claims records this node does not hold or write.
+        assert!(
+            floor.leader_durable.get() < shard.assigned(),
+            "shard {}: leader floor {} at or past our written end {}",
+            shard.id(),
+            floor.leader_durable.get(),
+            shard.assigned()
+        );
         if let Some(b) = &mut behind {
             if !b.staged(shard, count, records.len(), first_offset + count as u64) {
                 behind = None;
@@ -323,6 +347,9 @@ async fn ack_loop(
     // A node taking over acks nothing more: what it writes next is its own epoch's.
     while !done.get() && shard.following() {
         let end = shard.log().next_offset();
+        // Acked ≤ durable ≤ written: what we ack is on our disk, and our disk holds only
+        // what was staged.
+        assert!(end <= shard.assigned(), "shard {}: durable end {end} past written {}", shard.id(), shard.assigned());
         floor.maybe_persist(end);
         shard.set_peer_durable(floor.leader_durable.get().min(end));
         if let Some((at, dir)) = repaired.take_if(|(at, _)| end >= *at) {
@@ -389,7 +416,12 @@ impl Floor {
         glommio::spawn_local(async move {
             let d = dir.clone();
             match glommio::executor().spawn_blocking(move || control::write_leader_floor(&d, v)).await {
-                Ok(()) => written.set(v),
+                Ok(()) => {
+                    // One write at a time (`writing`), each above the last: the floor on
+                    // disk only rises.
+                    assert!(v > written.get(), "leader floor {v} written over {}", written.get());
+                    written.set(v)
+                }
                 Err(e) => log::warn!("{}: writing the leader floor: {e}", dir.display()),
             }
             writing.set(false);

@@ -36,10 +36,13 @@ pub struct LinkConfig {
 pub async fn run(shard: Rc<Shard>, cfg: LinkConfig) {
     let mut backoff = Duration::from_millis(50);
     let mut last_err = String::new();
+    let epoch = shard.epoch();
     loop {
         if shard.role() != Role::Leader {
             return;
         }
+        // A leader's epoch never moves backwards (a new one is a new incarnation).
+        assert!(shard.epoch() >= epoch, "shard {}: epoch went back from {epoch} to {}", shard.id(), shard.epoch());
         let r = link_once(&shard, &cfg).await;
         shard.follower_lost();
         match r {
@@ -53,6 +56,7 @@ pub async fn run(shard: Rc<Shard>, cfg: LinkConfig) {
         }
         glommio::timer::sleep(backoff).await;
         backoff = (backoff * 2).min(Duration::from_secs(1));
+        debug_assert!(backoff <= Duration::from_secs(1), "replication back-off {backoff:?} above its cap");
     }
 }
 
@@ -75,11 +79,16 @@ pub async fn run_when_elected(shard: Rc<Shard>, cfg: LinkConfig) {
     };
     let t = Instant::now();
     match shard.promote(&cfg.dir, epoch).await {
-        Ok(floor) => log::info!(
-            "shard {}: leads epoch {epoch} in place from offset {floor} ({} µs after the order; no restart)",
-            shard.id(),
-            t.elapsed().as_micros()
-        ),
+        Ok(floor) => {
+            // `promote`'s postcondition: leading the ordered epoch, its floor the log's end.
+            assert_eq!(shard.epoch(), epoch, "shard {}: promoted, but not to the ordered epoch", shard.id());
+            assert!(floor <= shard.log().next_offset(), "shard {}: commit floor {floor} beyond the log", shard.id());
+            log::info!(
+                "shard {}: leads epoch {epoch} in place from offset {floor} ({} µs after the order; no restart)",
+                shard.id(),
+                t.elapsed().as_micros()
+            )
+        }
         Err(e) => crate::fatal(&format!("shard {}: taking over as leader of epoch {epoch}: {e}", shard.id())),
     }
     run(shard, cfg).await
@@ -94,6 +103,7 @@ fn lost_writes(shard: &Shard, cfg: &LinkConfig, why: &str) -> String {
         crate::fatal(&format!("shard {}: marking the shard after lost writes: {e}", shard.id()));
     }
     shard.fence(&format!("the follower says this node lost writes ({why})"));
+    assert_ne!(shard.role(), Role::Leader, "shard {}: still leading after losing writes", shard.id());
     if shard.cfg().ctl.coordinated() {
         crate::reexec::reexec(&shard.cfg().ctl, "this node lost writes its follower holds");
     }
@@ -142,6 +152,14 @@ async fn link_once(shard: &Rc<Shard>, cfg: &LinkConfig) -> Result<(), String> {
     Repl::Welcome { epoch, truncate_to, common_epoch }.encode(&mut out);
     wr.write(&out).await.map_err(|e| e.to_string())?;
     let start = joined(shard, (&mut rd, &mut wr, &mut used), done_by, truncate_to).await?;
+    // The follower continues inside our log: at or below the cut we named, which is at
+    // or below our end (`handshake::welcome`).
+    assert!(
+        start <= truncate_to && truncate_to <= shard.log().next_offset(),
+        "shard {}: follower joins at {start}, cut at {truncate_to}, our end {}",
+        shard.id(),
+        shard.log().next_offset()
+    );
     log::info!(
         "shard {}: follower {} joined at offset {start} (leader at {}), epoch {epoch}",
         shard.id(),
@@ -172,6 +190,7 @@ async fn follower_hello(
     done_by: Instant,
     epoch: u32,
 ) -> Result<(u64, u32), String> {
+    assert_eq!(epoch, shard.epoch(), "shard {}: a leader's epoch changed during its handshake", shard.id());
     let mut out = Vec::new();
     let f = deadline(done_by, next_frame(rd, used)).await.ok_or_else(|| late(shard))??;
     let f = f.ok_or("follower closed during handshake")?;
@@ -208,6 +227,11 @@ async fn follower_hello(
                 wr.close().await;
                 return Err(why);
             }
+            assert!(
+                next_offset >= first,
+                "shard {}: a follower ending at {next_offset} below {first} joins",
+                shard.id()
+            );
             Ok((next_offset, last_epoch))
         }
         Repl::Error { code, message } if code == ErrorCode::Fenced as u16 => Err(fence(shard, message)),
@@ -245,6 +269,11 @@ async fn joined(
                 shard.metrics().diverged.increment(1);
                 return Err(format!("DIVERGED: {why}; refusing the link (nothing is acknowledged)"));
             }
+            assert!(
+                next_offset <= truncate_to,
+                "shard {}: Joined at {next_offset} past the cut {truncate_to}",
+                shard.id()
+            );
             Ok(next_offset)
         }
         other => Err(format!("expected Joined ≤ {truncate_to} after Welcome, got {other:?}")),
@@ -273,6 +302,14 @@ fn read_acks(
                     .ok_or_else(|| format!("follower silent for {limit:?}: dropping the link"))??;
                 let f = f.ok_or("follower closed")?;
                 match parse(&f)? {
+                    // The follower's word, not our invariant: an ack beyond what was ever
+                    // shipped ends the link (`follower_acked` asserts on its argument).
+                    Repl::Ack { next_offset } if next_offset > shard.assigned() => {
+                        return Err(format!(
+                            "follower acked offset {next_offset}, beyond the {} offsets assigned",
+                            shard.assigned()
+                        ))
+                    }
                     Repl::Ack { next_offset } => shard.follower_acked(next_offset),
                     Repl::Error { code, message } if code == ErrorCode::Fenced as u16 => {
                         return Err(fence(&shard, message))
@@ -312,6 +349,12 @@ async fn ship(shard: &Rc<Shard>, wr: &mut Writer, mut cursor: u64, dead: &Cell<b
             if let Some(c) = catching_up.take() {
                 c.done(cursor);
             }
+            // Batches leave gap-free: each starts where the previous one ended.
+            assert!(
+                first == cursor && count > 0,
+                "shard {}: recent batch at {first} ({count}) for cursor {cursor}",
+                shard.id()
+            );
             Repl::Batch { epoch, first_offset: first, count, records: &recs[at..] }.encode(&mut out);
             cursor = first + count as u64;
         } else if cursor < shard.log().next_offset() {
@@ -327,6 +370,12 @@ async fn ship(shard: &Rc<Shard>, wr: &mut Writer, mut cursor: u64, dead: &Cell<b
             }
             Repl::Batch { epoch, first_offset: cursor, count, records: &recs }.encode(&mut out);
             cursor += count as u64;
+            assert!(
+                cursor <= shard.log().next_offset(),
+                "shard {}: catch-up shipped to {cursor}, past the durable end {}",
+                shard.id(),
+                shard.log().next_offset()
+            );
             c.sent(shard, count, recs.len(), cursor);
         } else {
             if let Some(c) = catching_up.take() {
@@ -360,9 +409,11 @@ fn from_recent(shard: &Shard, cursor: u64) -> Option<(u64, u32, Rc<Vec<u8>>, usi
         for rec in record::Records::new(&r.records).flatten() {
             if rec.offset == cursor {
                 let skipped = (cursor - r.first_offset) as u32;
+                assert!(skipped < r.count, "cursor {cursor} past the recent batch at {} ({})", r.first_offset, r.count);
                 return Some((cursor, r.count - skipped, r.records.clone(), p));
             }
             p += rec.encoded_len();
+            debug_assert!(p <= r.records.len(), "a recent batch's records overrun it at {p}");
         }
         None
     })

@@ -49,6 +49,8 @@ pub async fn send(shard: &Shard, wr: &mut Writer, first: u64) -> Result<u64, Str
             .ok_or_else(|| format!("the follower took no piece of the snapshot for {:?}", shard.cfg().repl_timeout))?
             .map_err(|e| format!("sending the index snapshot: {e}"))?;
         at += bytes.len() as u64;
+        // `snapshot::piece` reads at most a piece, and nothing past the file's end.
+        assert!(bytes.len() <= PIECE && at <= t, "snapshot piece of {} bytes ends at {at} of {t}", bytes.len());
     }
     Ok(at)
 }
@@ -62,6 +64,8 @@ pub async fn receive(
     (first, total, piece): (u64, u64, Vec<u8>),
     dir: &Path,
 ) -> Result<(), String> {
+    // `agree` adopted the leader's epoch (which only a follower does) just before.
+    assert!(shard.following(), "shard {}: a seed taken by a node that does not follow", shard.id());
     if shard.log().next_offset() != shard.log().first_offset() || shard.assigned() != shard.log().next_offset() {
         return Err("the leader sent a seed, but this log holds records: refused".into());
     }

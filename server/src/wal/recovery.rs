@@ -117,6 +117,7 @@ pub fn list_segments(dir: &Path) -> Result<Vec<(u64, PathBuf)>, ScanError> {
         }
     }
     v.sort();
+    debug_assert!(v.is_sorted(), "segments listed out of order");
     Ok(v)
 }
 
@@ -201,7 +202,57 @@ pub fn scan_files(shard: u16, files: &[(u64, PathBuf)], visit: &mut dyn FnMut(&[
             t.empty_segments.insert(0, stale);
         }
     }
+    check_scan(&out);
     Ok(out)
+}
+
+/// The scan's postconditions, from what it verified: its segments continue one another
+/// gap-free, each batch starts where the one before ended, and the record count is the
+/// span of offsets. Per batch, run once per scan.
+fn check_scan(out: &ShardScan) {
+    let mut next = out.first_offset();
+    for seg in &out.segments {
+        assert_eq!(
+            seg.first_offset,
+            next,
+            "shard {}: segment {} does not continue the log",
+            out.shard,
+            seg.path.display()
+        );
+        for b in &seg.batches {
+            assert_eq!(
+                b.first_offset,
+                next,
+                "shard {}: batch at byte {} of {} leaves a gap",
+                out.shard,
+                b.pos,
+                seg.path.display()
+            );
+            next += b.count as u64;
+        }
+        assert!(seg.end_pos().is_multiple_of(BLOCK), "shard {}: {} ends off a block", out.shard, seg.path.display());
+    }
+    assert_eq!(
+        next, out.next_offset,
+        "shard {}: the batches end at {next}, the scan at {}",
+        out.shard, out.next_offset
+    );
+    assert_eq!(
+        out.records,
+        out.next_offset - out.first_offset(),
+        "shard {}: {} records counted between offsets {} and {}",
+        out.shard,
+        out.records,
+        out.first_offset(),
+        out.next_offset
+    );
+    // Epoch changes are noted in offset order, inside the log.
+    for w in out.epochs.windows(2) {
+        assert!(w[0].1 < w[1].1, "shard {}: epoch changes noted out of offset order: {w:?}", out.shard);
+    }
+    if let Some(&(_, at)) = out.epochs.last() {
+        assert!(at < out.next_offset, "shard {}: epoch change at {at}, past the end {}", out.shard, out.next_offset);
+    }
 }
 
 /// Reads one segment's batches from byte 0 while each continues the log (`out`'s next
@@ -218,6 +269,7 @@ fn scan_batches(
 ) -> Result<Option<u64>, ScanError> {
     let len = seg.len;
     let mut pos = 0u64;
+    assert!(seg.batches.is_empty(), "segment {} scanned twice", seg.path.display());
     while pos + batch::BATCH_HEADER_LEN as u64 <= len {
         let at = r.get(pos, batch::BATCH_HEADER_LEN + batch::MAX_BATCH_BYTES)?;
         let Some(h) = batch::decode(at).filter(|h| h.first_offset == out.next_offset) else {
@@ -226,6 +278,8 @@ fn scan_batches(
             }
             return Ok(Some(pos));
         };
+        // A decoded header's records lie within the bytes read (`batch::header`).
+        debug_assert!(at.len() >= batch::BATCH_HEADER_LEN + h.records_len as usize);
         let recs = &at[batch::BATCH_HEADER_LEN..batch::BATCH_HEADER_LEN + h.records_len as usize];
         let last_epoch = record::verify_run(recs, h.first_offset, h.count).map_err(|e| ScanError::Corrupt {
             shard,
@@ -263,6 +317,7 @@ fn note_epochs(epochs: &mut Vec<(u32, u64)>, recs: &[u8], count: u32, last_epoch
     }
     for r in record::Records::new(recs).flatten() {
         if epochs.last().map(|e| e.0) != Some(r.epoch) {
+            debug_assert!(epochs.last().is_none_or(|e| e.1 < r.offset), "epoch change at {} noted twice", r.offset);
             epochs.push((r.epoch, r.offset));
         }
     }
@@ -279,6 +334,7 @@ fn is_zero(b: &[u8]) -> bool {
 /// After the end at (segment i, pos): any valid batch later means mid-log corruption.
 /// Otherwise returns the dirty range to zero, if any.
 fn check_tail(shard: u16, files: &[(u64, PathBuf)], i: usize, pos: u64) -> Result<Option<Torn>, ScanError> {
+    assert!(i < files.len() && pos.is_multiple_of(BLOCK), "the end of the log at segment {i}, byte {pos}");
     let mut torn = Torn { segment: files[i].1.clone(), pos, dirty_end: pos, empty_segments: Vec::new() };
     for (j, (_, path)) in files.iter().enumerate().skip(i) {
         let mut r = SegReader::open(path).map_err(ScanError::Io)?;
@@ -317,6 +373,7 @@ fn check_tail(shard: u16, files: &[(u64, PathBuf)], i: usize, pos: u64) -> Resul
             });
         }
     }
+    assert!(torn.dirty_end >= torn.pos, "torn range {}..{} runs backwards", torn.pos, torn.dirty_end);
     let dirty = torn.dirty_end > torn.pos || !torn.empty_segments.is_empty();
     Ok(dirty.then_some(torn))
 }
@@ -325,6 +382,14 @@ fn check_tail(shard: u16, files: &[(u64, PathBuf)], i: usize, pos: u64) -> Resul
 /// segments, and syncs. Returns a line describing what it did.
 pub fn repair(t: &Torn) -> Result<String, String> {
     use std::os::unix::fs::FileExt;
+    // Only the scan makes a `Torn`: it starts on a block boundary, never past its end.
+    assert!(
+        t.pos.is_multiple_of(BLOCK) && t.dirty_end >= t.pos,
+        "torn range {}..{} of {}",
+        t.pos,
+        t.dirty_end,
+        t.segment.display()
+    );
     if t.dirty_end > t.pos {
         let f = std::fs::OpenOptions::new()
             .write(true)

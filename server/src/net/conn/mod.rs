@@ -90,7 +90,14 @@ pub async fn serve(shard: Rc<Shard>, sock: TcpStream, tls: Option<Box<rustls::Co
         Err((code, msg, req_id)) => out.push_error(req_id, code, &msg),
         // The client closed its sending side: what it sent is still answered (every
         // append gets its answer or an error by the ack deadline) unless it is gone.
-        Ok(()) => out.answered().await,
+        Ok(()) => {
+            out.answered().await;
+            assert!(
+                out.closed() || out.inflight() == 0,
+                "a connection closes with {} appends unanswered",
+                out.inflight()
+            );
+        }
     }
     out.close();
     writer.await;
@@ -113,6 +120,8 @@ struct Conn<'a> {
 /// refusal. A stream name that is not UTF-8 is checked in its lossy form (the request is
 /// refused for that name anyway).
 fn permit(shard: &Shard, access: &mut Option<Box<Access>>, req: &Request<'_>) -> Result<(), Refused> {
+    // `serve` makes the connection's access exactly when a policy is in force.
+    debug_assert_eq!(shard.cfg().authz.is_some(), access.is_some(), "a connection's access without its policy");
     let (Some(authz), Some(access)) = (&shard.cfg().authz, access.as_mut()) else { return Ok(()) };
     let named = |prefix: bool, n| Some((prefix, String::from_utf8_lossy(n)));
     let (op, names) = match req {
@@ -147,6 +156,7 @@ async fn read_loop(shard: &Rc<Shard>, rd: &mut tls_io::Reader, out: &Rc<Outbox>,
             decode_frame_max(rd.data(), MAX_REQUEST_FRAME).map_err(|e| (e.code(), e.to_string(), 0))?
         {
             let req_id = frame.req_id;
+            debug_assert!(used <= rd.data().len(), "a frame of {used} bytes decoded from {}", rd.data().len());
             let req = Request::parse(&frame).map_err(|e| (e.code(), e.to_string(), req_id))?;
             let v = match (version, &req) {
                 (_, Request::Hello { version: v }) => *v,
@@ -233,6 +243,15 @@ async fn read_loop(shard: &Rc<Shard>, rd: &mut tls_io::Reader, out: &Rc<Outbox>,
 /// Reads more of the request stream; false when the client closed it (or it broke).
 /// Before the `Hello` it must come by `hello_by`.
 async fn fill(shard: &Shard, rd: &mut tls_io::Reader, said_hello: bool, hello_by: Instant) -> Result<bool, Fail> {
+    // `read_loop` served every whole frame first, and refuses one announced above the
+    // limit: what stays buffered is less than one request, so a connection holds a
+    // bounded buffer however it sends.
+    assert!(
+        rd.data().len() < MAX_REQUEST_FRAME,
+        "shard {}: {} request bytes buffered before reading more",
+        shard.id(),
+        rd.data().len()
+    );
     let filled = if said_hello {
         rd.fill().await
     } else {
@@ -261,6 +280,7 @@ fn hello(shard: &Shard, out: &Outbox, greeted: &Cell<Option<Role>>, req_id: u64,
     if greeted.get().is_none() {
         greeted.set(Some(shard.role()));
     }
+    debug_assert!(greeted.get().is_some(), "a Hello answered, the role it greeted unset");
     let r = Response::HelloOk {
         version: v,
         shard: shard.id(),
@@ -288,6 +308,7 @@ fn check_stream<'a>(shard: &Shard, s: StreamReq<'a>) -> Result<(&'a str, codec::
     let name = check_stream_name(s.name).map_err(bad)?;
     let expect = s.expect().map_err(bad)?;
     let home = codec::stream_shard(s.name, shard.cfg().shard_count);
+    debug_assert!(home < shard.cfg().shard_count, "stream {name:?} homed on shard {home}, outside the node");
     if home != shard.id() {
         let msg = format!(
             "stream {name:?} lives on shard {home}; this connection is served by shard {} (reach shard {home} on its direct port, client port + 1 + {home})",
@@ -328,6 +349,8 @@ fn hint(shard: &Shard) -> Hint {
 async fn answer_later(shard: &Shard, out: &Rc<Outbox>, at: (u64, u16), r: Refused) {
     let (req_id, version) = at;
     out.answered().await;
+    // A barrier: the refusal leaves after every earlier answer (or to a closed socket).
+    assert!(out.closed() || out.inflight() == 0, "a refusal overtakes {} appends", out.inflight());
     match r {
         Refused::Error(code, msg) if version >= LEADERSHIP_VERSION && codec::carries_hint(code as u16) => {
             out.push(|b| codec::encode_refusal(req_id, code as u16, &msg, hint(shard), b))
@@ -362,6 +385,11 @@ async fn append(
 ) {
     let req_id = at.0;
     out.wait(MAX_INFLIGHT_PER_CONN - 1, false).await;
+    assert!(
+        out.closed() || out.inflight() < MAX_INFLIGHT_PER_CONN,
+        "{} appends of one connection in flight before one more is taken",
+        out.inflight()
+    );
     let answer: Rc<dyn Answer> = out.clone();
     loop {
         let taken = shard.append(req, form, payload, &answer, req_id).await;
@@ -388,6 +416,7 @@ async fn append(
 }
 
 fn check_shard(shard: &Shard, s: u16, req_id: u64) -> Result<(), Fail> {
+    debug_assert!(shard.id() < shard.cfg().shard_count, "shard {} of {}", shard.id(), shard.cfg().shard_count);
     if s == shard.id() {
         return Ok(());
     }

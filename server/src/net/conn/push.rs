@@ -76,7 +76,11 @@ pub(super) async fn subscription(
         }
         Err(e) => return Err(Refused::Error(ErrorCode::Internal, format!("stream index: {e}"))),
     };
-    Ok((start.unwrap_or(committed), Filter::Stream { name: name.to_string(), from_version: from }))
+    let start = start.unwrap_or(committed);
+    // The offsets were looked up below the committed end: a subscription never starts
+    // past what a reader may see.
+    assert!(start <= committed, "a subscription starts at {start}, past the committed end {committed}");
+    Ok((start, Filter::Stream { name: name.to_string(), from_version: from }))
 }
 
 /// A push stream: from which offset, which records, answering which request.
@@ -151,6 +155,7 @@ pub(super) async fn push_until_closed(
     shard.nudge();
     out.nudge();
     t.await;
+    assert!(done.get(), "a push stream's task ended without saying so");
     r
 }
 
@@ -186,6 +191,8 @@ pub(super) fn filtered<'a>(recs: &'a [u8], count: u32, filter: Option<&Filter>) 
         }
         p += len;
     }
+    debug_assert_eq!(p, recs.len(), "records verified by the log's read decode to their end");
+    assert!(n <= count, "a filter kept {n} of {count} records");
     (kept.into(), n)
 }
 
@@ -211,6 +218,7 @@ pub(super) async fn tail(shard: Rc<Shard>, out: Rc<Outbox>, p: Push, stop: Rc<Ce
         }
         match shard.log().read(at, end, TAIL_CHUNK).await {
             Ok((recs, count)) if count > 0 => {
+                debug_assert!(at >= first, "a push stream reads at {at}, below the log's start {first}");
                 at += count as u64;
                 assert!(at <= end, "a push stream sends only committed records");
                 let (recs, count) = filtered(&recs, count, filter.as_ref());

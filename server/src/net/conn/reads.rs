@@ -53,6 +53,7 @@ pub(super) async fn index_snapshot(shard: &Shard, out: &Outbox, req_id: u64, at:
     };
     match piece {
         Ok((total, bytes)) => out.push(|b| {
+            debug_assert!(bytes.len() <= codec::MAX_READ_BYTES as usize, "a snapshot piece above the read limit");
             Response::IndexSnapshotPiece { shard: shard.id(), first_offset: first, total, at, bytes: &bytes }
                 .encode(req_id, b)
         }),
@@ -85,6 +86,7 @@ pub(super) async fn read_stream(shard: &Rc<Shard>, out: &Rc<Outbox>, name: &str,
             }
         };
     let max_bytes = max_bytes.min(codec::MAX_READ_BYTES) as usize;
+    assert!(offsets.len() <= max, "the stream index gave {} offsets for at most {max}", offsets.len());
     let (recs, count) = match shard.log().read_offsets(&offsets, max_bytes).await {
         Ok(r) => r,
         // Trimmed while it was read.
@@ -112,6 +114,8 @@ pub(super) async fn read_stream(shard: &Rc<Shard>, out: &Rc<Outbox>, name: &str,
         }
         at += n;
     }
+    assert!(count as usize <= offsets.len(), "{count} records read for {} offsets", offsets.len());
+    debug_assert_eq!(at, recs.len(), "the records read hold exactly {count} records");
     let next_version = from.min(end_version) + count as u64;
     out.push(|b| {
         Response::StreamRecords { shard: shard.id(), next_version, end_version, count, records: &recs }
