@@ -58,9 +58,9 @@ LAYERS = {
         "metrics": 2, "probe": 2,
         # 3: storage: the write-ahead log and the per-shard epoch files
         "wal": 3, "control": 3,
-        # 4: what a shard derives from its records, and its on-disk forms
+        # 4: what a shard derives from its records (consumer groups too), and its on-disk forms
         "index": 4, "streams": 4, "producers": 4, "streamread": 4, "checkpoint": 4,
-        "snapshot": 4,
+        "snapshot": 4, "group": 4,
         # 5: the start of a shard's storage: which checkpoint and segments to trust
         "boot": 5,
         # 6: pure replica logic (no I/O): recent batches, handshake decisions

@@ -1,5 +1,5 @@
 // Command porcupine checks a corelog workload history (written by
-// corelog_server::workload, `corelog workload --history FILE`) for
+// corelog-history (`corelog workload --history FILE`) for
 // linearizability against an append-only log per shard, with Porcupine.
 //
 //	go run . [-timeout 120s] [-html out.html] HISTORY

@@ -1,6 +1,6 @@
 """A recorded closed-loop load for the failover benchmark (server/tests/failover.rs,
 ``every_fault_kind_resumes_writes``; benches/failover.sh): the Python client's version of
-the Rust workload (server/src/workload.rs), in its history format, so that the same
+the Rust workload (history/src/run.rs, `corelog workload`), in its history format, so that the same
 checks (read-back, epoch order, Porcupine) and the same writes-resumed figures apply.
 
 ``CONNS`` asyncio clients (each its own connection, one append in flight) append unique
