@@ -15,12 +15,17 @@ use std::time::{Duration, Instant};
 use corelog_client::{Client, ClientConfig, Position, Record};
 
 pub mod coord;
+pub mod coord_run;
 pub mod etcd;
 pub mod netns;
 pub mod pair;
+pub mod setup;
+pub mod vm;
 
 #[allow(unused_imports)]
 pub use pair::*;
+#[allow(unused_imports)]
+pub use setup::*;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_corelog");
 
