@@ -115,7 +115,11 @@ impl Pair {
                 "--ack-timeout-ms".into(),
                 "1000".into(),
             ]);
-            let tls = [("--cert", format!("{ident}.pem")), ("--key", format!("{ident}.key")), ("--client-ca", "ca.pem".into())];
+            let tls = [
+                ("--cert", format!("{ident}.pem")),
+                ("--key", format!("{ident}.key")),
+                ("--client-ca", "ca.pem".into()),
+            ];
             args.extend(tls.iter().flat_map(|(flag, file)| [flag.to_string(), c(file)]));
             args.extend(if role == "follower" {
                 ["--leader-addr".into(), peer]

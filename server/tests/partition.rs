@@ -35,25 +35,38 @@ const CUT: Duration = Duration::from_secs(5);
 /// One partition test at a time: each runs three servers and 100 connections.
 static SERIAL: Mutex<()> = Mutex::new(());
 
-/// A cluster with both nodes in sync and a load acknowledged for a while: (the serial
-/// lock, the cluster, the leader's index, its epoch, the load).
-fn begin(test: &str, tag: &str) -> Option<(MutexGuard<'static, ()>, Cluster, usize, u32, Background)> {
-    let guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+/// Links between hosts, by name (`HOSTS`, `e`, `c`).
+type Links = Vec<(&'static str, &'static str)>;
+
+/// A cut in place: made on a cluster with both nodes in sync under a load acknowledged
+/// for a while. Holds the serial lock.
+struct Cut {
+    _serial: MutexGuard<'static, ()>,
+    c: Cluster,
+    leader: usize,
+    /// The leader's epoch before the cut.
+    old: u32,
+    load: Background,
+    links: Links,
+    /// When the cut began, and the load's clock once it was in place.
+    t0: Instant,
+    cut_us: u64,
+}
+
+/// Cuts the links `links(leader)` names; `None` where the test cannot run.
+fn begin(test: &str, tag: &str, links: impl Fn(usize) -> Links) -> Option<Cut> {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let c = netns_cluster(test, None)?;
     let (leader, load) = c.paired_under_load(tag, 200, "before the cut");
     let old = epoch(&health(&c.nodes[leader]));
-    Some((guard, c, leader, old, load))
-}
-
-/// Cuts each of `links` (host pairs); returns when the cut began and the load's clock
-/// once it is in place.
-fn cut(c: &Cluster, load: &Background, links: &[(&str, &str)]) -> (Instant, u64) {
+    let links = links(leader);
     let t0 = Instant::now();
     let net = c.net.as_ref().expect("netns");
-    for (a, b) in links {
+    for (a, b) in &links {
         net.cut(a, b);
     }
-    (t0, load.now_us())
+    let cut_us = load.now_us();
+    Some(Cut { _serial, c, leader, old, load, links, t0, cut_us })
 }
 
 /// Heals each of `links`; returns the load's clock just before.
@@ -112,10 +125,12 @@ fn ms(us: u64) -> u64 {
 
 #[test]
 fn a_leader_cut_from_everything_is_replaced_and_rejoins_as_follower() {
-    let Some((_serial, c, leader, old, load)) = begin("partition_leader_isolated", "a") else { return };
-    let l = HOSTS[leader];
-    let links = [(l, HOSTS[1 - leader]), (l, "e"), (l, "c")];
-    let (t0, cut_us) = cut(&c, &load, &links);
+    let isolated = |l: usize| vec![(HOSTS[l], HOSTS[1 - l]), (HOSTS[l], "e"), (HOSTS[l], "c")];
+    let Some(Cut { _serial, c, leader, old, load, links, t0, cut_us }) =
+        begin("partition_leader_isolated", "a", isolated)
+    else {
+        return;
+    };
     c.wait_health(Duration::from_secs(30), "the follower leading", |h| h[1 - leader].contains("role=leader"));
     let took_over = t0.elapsed();
     run_for(&load, Duration::ZERO, 200, "on the new leader while the old one is cut off");
@@ -141,10 +156,12 @@ fn a_leader_cut_from_everything_is_replaced_and_rejoins_as_follower() {
 
 #[test]
 fn b_leader_and_follower_cut_apart_only_the_leader_acknowledges_alone() {
-    let Some((_serial, c, leader, old, load)) = begin("partition_pair_split", "b") else { return };
+    let split = |l: usize| vec![(HOSTS[l], HOSTS[1 - l])];
+    let Some(Cut { _serial, c, leader, old, load, links, t0, cut_us }) = begin("partition_pair_split", "b", split)
+    else {
+        return;
+    };
     let follower = 1 - leader;
-    let links = [(HOSTS[leader], HOSTS[follower])];
-    let (t0, cut_us) = cut(&c, &load, &links);
     c.wait_metric(leader, "corelog_degraded", Duration::from_secs(15), |v| v == 1.0);
     c.wait_metric(leader, "corelog_insync_replicas", Duration::from_secs(1), |v| v == 1.0);
     let (degraded, degraded_us) = (t0.elapsed(), load.now_us());
@@ -179,10 +196,13 @@ fn b_leader_and_follower_cut_apart_only_the_leader_acknowledges_alone() {
 
 #[test]
 fn c_a_follower_cut_from_etcd_changes_nothing() {
-    let Some((_serial, c, leader, old, load)) = begin("partition_follower_etcd", "c") else { return };
+    let follower_from_etcd = |l: usize| vec![(HOSTS[1 - l], "e")];
+    let Some(Cut { _serial, c, leader, old, load, links, t0, cut_us }) =
+        begin("partition_follower_etcd", "c", follower_from_etcd)
+    else {
+        return;
+    };
     let follower = 1 - leader;
-    let links = [(HOSTS[follower], "e")];
-    let (t0, cut_us) = cut(&c, &load, &links);
     hold(&c, t0, |h| {
         let l = &h[leader];
         let ok = l.contains("role=leader") && l.contains("insync=2") && l.contains("degraded=0") && epoch(l) == old;
@@ -207,9 +227,12 @@ fn c_a_follower_cut_from_etcd_changes_nothing() {
 
 #[test]
 fn d_with_etcd_cut_from_both_nodes_acks_stop_at_the_lease_end_and_resume_after() {
-    let Some((_serial, c, leader, old, load)) = begin("partition_etcd_isolated", "d") else { return };
-    let links = [("e", HOSTS[0]), ("e", HOSTS[1])];
-    let (t0, cut_us) = cut(&c, &load, &links);
+    let etcd_from_both = |_| vec![("e", HOSTS[0]), ("e", HOSTS[1])];
+    let Some(Cut { _serial, c, leader, old, load, links, t0, cut_us }) =
+        begin("partition_etcd_isolated", "d", etcd_from_both)
+    else {
+        return;
+    };
     // Its /health says when the lease has lapsed (acknowledgements held).
     let lapsed = std::cell::Cell::new(false);
     hold(&c, t0, |h| lapsed.set(lapsed.get() || h[leader].contains("lease=lapsed")));

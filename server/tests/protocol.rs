@@ -245,7 +245,7 @@ fn owned(r: &Response<'_>) -> Owned {
 #[test]
 fn a_tail_started_before_a_burst_delivers_all_of_it_in_order() {
     let (dir, certs) = dir_with_certs("tail");
-    let mut n = started(&dir, Some(&certs), &["--shard-count", "1"]);
+    let n = started(&dir, Some(&certs), &["--shard-count", "1"]);
     let cfg = client_config(Some(&certs));
     let rt = runtime();
     rt.block_on(async {
@@ -269,7 +269,7 @@ fn a_tail_started_before_a_burst_delivers_all_of_it_in_order() {
 #[test]
 fn metrics_reflect_the_appends_made() {
     let dir = TempDir::new("metrics");
-    let mut n = started(&dir, None, &[]);
+    let n = started(&dir, None, &[]);
     let rt = runtime();
     let acked = Acked::default();
     assert_eq!(rt.block_on(load(&n.addr(), &ClientConfig::insecure(), 8, 125, "m", &acked)), 0);
@@ -292,7 +292,7 @@ fn metrics_reflect_the_appends_made() {
 #[test]
 fn health_answers_while_scrapers_are_stuck() {
     let dir = TempDir::new("metrics_stuck");
-    let mut n = started(&dir, None, &[]);
+    let n = started(&dir, None, &[]);
     let at = ("127.0.0.1", n.ports.metrics);
     let mut stuck = Vec::new();
     for i in 0..3 {
@@ -359,7 +359,7 @@ fn connections_that_never_finish_the_handshake_are_closed_at_the_deadline() {
     tls_node.kill9();
 
     let dir2 = TempDir::new("hs-deadline-plain");
-    let mut plain = started(&dir2, None, &["--handshake-timeout-ms", "500"]);
+    let plain = started(&dir2, None, &["--handshake-timeout-ms", "500"]);
     let codes = error_codes_until_close(raw(&plain));
     assert_eq!(codes, vec![ErrorCode::BadHandshake as u16]);
     assert!(plain.metric_sum("corelog_handshake_timeouts_total") >= 1.0);
@@ -370,7 +370,7 @@ fn connections_that_never_finish_the_handshake_are_closed_at_the_deadline() {
 #[test]
 fn a_frame_above_the_largest_request_is_refused_unread() {
     let dir = TempDir::new("req-limit");
-    let mut n = started(&dir, None, &[]);
+    let n = started(&dir, None, &[]);
     let mut s = raw(&n);
     let mut f = hello();
     f.extend_from_slice(&((codec::MAX_REQUEST_FRAME - 4 + 1) as u32).to_le_bytes());
@@ -385,7 +385,7 @@ fn a_frame_above_the_largest_request_is_refused_unread() {
 #[test]
 fn a_byte_after_a_tail_is_answered_unexpected() {
     let dir = TempDir::new("tail-unexpected");
-    let mut n = started(&dir, None, &["--shard-count", "1"]);
+    let n = started(&dir, None, &["--shard-count", "1"]);
     let mut s = raw(&n);
     let mut f = hello();
     Request::Tail { shard: 0, from: 0 }.encode(2, &mut f);
@@ -404,7 +404,7 @@ fn a_byte_after_a_tail_is_answered_unexpected() {
 #[test]
 fn silent_connections_beyond_the_cap_are_refused_and_real_clients_are_served_after() {
     let (dir, certs) = dir_with_certs("conn-cap");
-    let mut n = started(&dir, Some(&certs), &["--max-connections", "20", "--handshake-timeout-ms", "2000"]);
+    let n = started(&dir, Some(&certs), &["--max-connections", "20", "--handshake-timeout-ms", "2000"]);
     let silent: Vec<TcpStream> = (0..30).map(|_| raw(&n)).collect();
     for mut s in silent {
         let mut buf = Vec::new();
@@ -422,7 +422,7 @@ fn silent_connections_beyond_the_cap_are_refused_and_real_clients_are_served_aft
 /// (which requires the Authority Key Identifier) and both key identifiers are present.
 #[test]
 fn generated_certificates_pass_a_strict_rfc5280_verification() {
-    let (dir, certs) = dir_with_certs("certs-strict");
+    let (_dir, certs) = dir_with_certs("certs-strict");
     if std::process::Command::new("openssl").arg("version").output().is_err() {
         skip("generated_certificates_pass_a_strict_rfc5280_verification", "no openssl binary");
         return;

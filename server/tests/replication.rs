@@ -6,12 +6,12 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use corelog_client::{Client, Error, ErrorCode, Position};
+use corelog_client::{Client, ClientConfig, Error, ErrorCode, Position};
 
 #[test]
 fn every_acked_write_is_on_both_disks_byte_identical() {
     let (dir, certs) = dir_with_certs("repl-both");
-    let mut p = started_pair(&dir, Some(&certs), &[]);
+    let p = started_pair(&dir, Some(&certs), &[]);
     let cfg = client_config(Some(&certs));
     let rt = runtime();
     let acked = Acked::default();
@@ -29,13 +29,28 @@ fn every_acked_write_is_on_both_disks_byte_identical() {
     assert_eq!(records as usize, acked.lock().unwrap().len(), "records on disk == acked appends");
 }
 
+/// A started pair whose acknowledgements time out after 2 s, under a background load
+/// (`load_until`) that has had `acks` appends acknowledged.
+struct Loaded {
+    dir: TempDir,
+    p: Pair,
+    cfg: ClientConfig,
+    rt: tokio::runtime::Runtime,
+    acked: Acked,
+    loader: tokio::task::JoinHandle<usize>,
+}
+
+/// `Loaded`, in a fresh directory `name`, the load's appends tagged `tag`.
+fn loaded(name: &str, tag: &str, acks: usize) -> Loaded {
+    let (dir, p) = started_pair_in(name, &["--ack-timeout-ms", "2000"]);
+    let (cfg, rt, acked) = (client_config(None), runtime(), Acked::default());
+    let loader = load_until(&rt, &p.leader.addr(), &cfg, tag, &acked, acks);
+    Loaded { dir, p, cfg, rt, acked, loader }
+}
+
 #[test]
 fn follower_kill9_stops_acks_until_it_is_back_and_caught_up() {
-    let (dir, mut p) = started_pair_in("repl-fkill", &["--ack-timeout-ms", "2000"]);
-    let cfg = client_config(None);
-    let rt = runtime();
-    let acked = Acked::default();
-    let loader = load_until(&rt, &p.leader.addr(), &cfg, "f", &acked, 2000);
+    let Loaded { dir: _dir, mut p, cfg, rt, acked, loader } = loaded("repl-fkill", "f", 2000);
     p.follower.kill9();
     // The follower's log as it died. An append is acknowledged only once the follower
     // has it, so nothing at or past that end may be acknowledged while it is down (acks
@@ -64,11 +79,7 @@ fn follower_kill9_stops_acks_until_it_is_back_and_caught_up() {
 
 #[test]
 fn leader_kill9_promote_follower_old_leader_is_fenced_then_rejoins() {
-    let (dir, mut p) = started_pair_in("repl-failover", &["--ack-timeout-ms", "2000"]);
-    let cfg = client_config(None);
-    let rt = runtime();
-    let acked = Acked::default();
-    let loader = load_until(&rt, &p.leader.addr(), &cfg, "a", &acked, 3000);
+    let Loaded { dir: _dir, mut p, cfg, rt, acked, loader } = loaded("repl-failover", "a", 3000);
     p.leader.kill9();
     rt.block_on(loader).unwrap();
     // Promote the follower (offline) and restart it as leader, pointing at the old one.
@@ -78,8 +89,7 @@ fn leader_kill9_promote_follower_old_leader_is_fenced_then_rejoins() {
     assert!(out.contains("epoch 3"), "{out}");
     let (old, new) = (p.leader.ports, p.follower.ports);
     let lead_old = Mode::Leader { follower_repl: old.repl };
-    let mut new_leader =
-        Node::serving("new-leader", lead_old, &p.follower.data, new, &["--ack-timeout-ms", "2000"]);
+    let mut new_leader = Node::serving("new-leader", lead_old, &p.follower.data, new, &["--ack-timeout-ms", "2000"]);
     new_leader.start();
     // Every acked write is readable from the new leader.
     let shards: Vec<_> = (0..2).map(|s| rt.block_on(read_all(&new_leader.addr(), &cfg, s))).collect();

@@ -179,7 +179,7 @@ fn a_flipped_byte_in_a_sealed_segment_is_found_by_the_scrubber_not_by_a_start_an
 fn a_sound_log_is_scrubbed_round_and_round_and_found_whole() {
     let dir = TempDir::new("scrub-sound");
     let data = dir.path().join("data");
-    let mut node = Node::standalone("standalone", &data, None, &SCRUB_ARGS).started();
+    let node = Node::standalone("standalone", &data, None, &SCRUB_ARGS).started();
     write(&node.addr(), 150); // segments at 0, 64 (sealed) and 128
     wait_sealed(&node, &data, &[0, 64]);
     // A pass under way now may have begun before both segments were sealed; the two

@@ -152,7 +152,7 @@ fn once_the_client_port_accepts_every_shard_answers_at_once_after_a_restart() {
 fn append_dash_answers_while_stdin_is_open_and_keeps_input_order() {
     let dir = TempDir::new("append-dash");
     let data = dir.path().join("node");
-    let mut n = Node::standalone("node", &data, None, &["--shard-count", "1"]).started();
+    let n = Node::standalone("node", &data, None, &["--shard-count", "1"]).started();
     let mut child = Command::new(BIN)
         .args(["append", "--insecure", "--addr", &n.addr(), "-"])
         .stdin(Stdio::piped())
@@ -251,7 +251,7 @@ fn compare_with_an_empty_copy_says_nothing_is_in_common() {
 #[test]
 fn a_client_certificate_cannot_open_a_replication_link() {
     let (dir, certs) = dir_with_certs("repl-peer");
-    let mut p = started_pair(&dir, Some(&certs), &["--shard-count", "1"]);
+    let p = started_pair(&dir, Some(&certs), &["--shard-count", "1"]);
     let cfg = client_config(Some(&certs));
     let acked = Acked::default();
     assert_eq!(runtime().block_on(load(&p.leader.addr(), &cfg, 2, 5, "pair", &acked)), 0, "the pair replicates");

@@ -150,7 +150,7 @@ fn damage_to_the_last_acknowledged_batch_is_refused_never_cut_silently() {
 #[test]
 fn a_follower_with_a_damaged_last_batch_fetches_it_again_from_its_leader() {
     for how in [Harm::RecordBit, Harm::HeaderCount] {
-        let (dir, mut p) = started_pair_in("damage-follower", &["--shard-count", "1"]);
+        let (_dir, mut p) = started_pair_in("damage-follower", &["--shard-count", "1"]);
         let mut payloads = append_each(&p.leader.addr(), 0, 20, "acked");
         wait_caught_up(&p, Duration::from_secs(20));
         p.follower.kill9();
@@ -174,7 +174,7 @@ fn a_follower_with_a_damaged_last_batch_fetches_it_again_from_its_leader() {
 
 #[test]
 fn a_leader_with_a_damaged_last_batch_refuses_and_is_repaired_from_its_follower() {
-    let (dir, mut p) = started_pair_in("damage-leader", &["--shard-count", "1"]);
+    let (_dir, mut p) = started_pair_in("damage-leader", &["--shard-count", "1"]);
     let payloads = append_each(&p.leader.addr(), 0, 20, "acked");
     wait_caught_up(&p, Duration::from_secs(20));
     p.leader.kill9();
@@ -204,7 +204,7 @@ fn a_leader_with_a_damaged_last_batch_refuses_and_is_repaired_from_its_follower(
 fn a_marked_shard_does_not_lead_until_it_has_caught_up() {
     // A follower cut its damaged batch and was stopped before it caught up: the mark
     // keeps it from starting as leader or standalone.
-    let (dir, mut p) = started_pair_in("damage-mark", &["--shard-count", "1"]);
+    let (_dir, mut p) = started_pair_in("damage-mark", &["--shard-count", "1"]);
     append_each(&p.leader.addr(), 0, 5, "acked");
     wait_caught_up(&p, Duration::from_secs(20));
     p.leader.kill9();
@@ -232,7 +232,11 @@ fn a_marked_shard_does_not_lead_until_it_has_caught_up() {
 
 #[test]
 fn coordinator_a_damaged_leader_does_not_lead_and_is_repaired_by_its_peer() {
-    let Some((mut c, leader, load)) = common::coord_run::cluster_under_load("damage_coordinator", "d", 2_000, "before the stop") else { return };
+    let Some((mut c, leader, load)) =
+        common::coord_run::cluster_under_load("damage_coordinator", "d", 2_000, "before the stop")
+    else {
+        return;
+    };
     let other = 1 - leader;
     let h = load.finish();
     c.nodes[leader].kill9();
@@ -270,7 +274,7 @@ fn coordinator_a_damaged_leader_does_not_lead_and_is_repaired_by_its_peer() {
 
 #[test]
 fn a_leader_that_lost_durable_writes_cannot_cut_them_from_its_follower() {
-    let (dir, mut p) = started_pair_in("lost-writes", &["--shard-count", "1"]);
+    let (_dir, mut p) = started_pair_in("lost-writes", &["--shard-count", "1"]);
     let payloads = append_each(&p.leader.addr(), 0, 30, "acked");
     wait_caught_up(&p, Duration::from_secs(20));
     // The follower persists what the leader had made durable (at most once a second).

@@ -9,9 +9,7 @@
 //! where the harness answers 77 (qemu or the Debian kernel cannot be installed), or with
 //! `CORELOG_SKIP_VM=1`; under `CORELOG_NO_SKIP=1` a skip is a failure.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::time::Instant;
+use std::path::Path;
 
 mod common;
 

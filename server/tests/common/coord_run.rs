@@ -15,6 +15,15 @@ impl Cluster {
         run_for(&load, Duration::from_secs(1), acks, what);
         (leader, load)
     }
+
+    /// Restarts node `follower` and waits (bounded) until it is back in the in-sync set
+    /// of `leader`, which is no longer degraded and still leads.
+    pub fn rejoin(&mut self, leader: usize, follower: usize) {
+        self.nodes[follower].spawn();
+        self.wait_metric(leader, "corelog_insync_replicas", Duration::from_secs(60), |v| v == 2.0);
+        self.wait_metric(leader, "corelog_degraded", Duration::from_secs(5), |v| v == 0.0);
+        assert_eq!(self.wait_pair(Duration::from_secs(10)), leader, "the leader changed");
+    }
 }
 
 /// `cluster(test)` (None where it cannot run), paired and under load:
