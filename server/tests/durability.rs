@@ -261,7 +261,7 @@ fn a_write_error_stops_the_node_without_acknowledging() {
     // Move the data to a real disk and restart: every acknowledged append is there.
     let moved = dir.path().join("moved");
     assert!(Command::new("cp").arg("-a").arg(&data).arg(&moved).status().unwrap().success());
-    let mut again = Node::standalone("moved", &moved, None, &["--shard-count", "1"]).started();
+    let again = Node::standalone("moved", &moved, None, &["--shard-count", "1"]).started();
     let recs = rt.block_on(read_all(&again.addr(), &client_config(None), 0));
     verify_acked(&acked, &[recs]);
 }
