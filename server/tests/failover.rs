@@ -145,10 +145,11 @@ fn a_take_over_leads_in_place_and_closes_the_connections_greeted_as_a_followers(
 
 #[test]
 fn follower_sigkill_degrades_then_rejoins_the_in_sync_set() {
-    let Some((mut c, leader, load)) = cluster_under_load("failover_follower_kill", "f", 200, "before the kill") else {
+    let Some((mut c, leader, follower, load)) =
+        cluster_under_load("failover_follower_kill", "f", 200, "before the kill")
+    else {
         return;
     };
-    let follower = 1 - leader;
     c.nodes[follower].kill9();
     c.wait_metric(leader, "corelog_degraded", Duration::from_secs(15), |v| v == 1.0);
     c.wait_metric(leader, "corelog_insync_replicas", Duration::from_secs(1), |v| v == 1.0);
@@ -172,10 +173,10 @@ fn follower_sigkill_degrades_then_rejoins_the_in_sync_set() {
 
 #[test]
 fn a_leader_frozen_past_its_lease_is_replaced_and_rejoins_as_follower() {
-    let Some((c, leader, load)) = cluster_under_load("failover_frozen_leader", "z", 200, "before the freeze") else {
+    let Some((c, leader, other, load)) = cluster_under_load("failover_frozen_leader", "z", 200, "before the freeze")
+    else {
         return;
     };
-    let other = 1 - leader;
     common::signal(&c.nodes[leader], libc::SIGSTOP);
     c.wait_health(Duration::from_secs(30), "the follower leading", |h| h[other].contains("role=leader"));
     run_for(&load, Duration::ZERO, 200, "on the new leader");
@@ -190,7 +191,9 @@ fn a_leader_frozen_past_its_lease_is_replaced_and_rejoins_as_follower() {
 
 #[test]
 fn with_etcd_frozen_the_leader_stops_acknowledging_at_its_lease_end() {
-    let Some((c, _, load)) = cluster_under_load("failover_etcd_frozen", "e", 200, "before the freeze") else { return };
+    let Some((c, _, _, load)) = cluster_under_load("failover_etcd_frozen", "e", 200, "before the freeze") else {
+        return;
+    };
     let pid = c.etcd.pid();
     let frozen_us = load.now_us();
     // SAFETY: signals to our own child process.

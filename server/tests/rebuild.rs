@@ -183,10 +183,11 @@ fn an_empty_follower_of_a_trimmed_leader_is_seeded_with_its_snapshot_and_caught_
 
 #[test]
 fn coordinator_mode_a_follower_that_lost_its_disk_is_rebuilt_while_the_leader_acknowledges_alone() {
-    let Some((mut c, leader, load)) = cluster_under_load("rebuild_coord", "r", 2_000, "before the disk is lost") else {
+    let Some((mut c, leader, follower, load)) =
+        cluster_under_load("rebuild_coord", "r", 2_000, "before the disk is lost")
+    else {
         return;
     };
-    let follower = 1 - leader;
     c.nodes[follower].kill9();
     std::fs::remove_dir_all(&c.nodes[follower].data).unwrap();
     c.wait_metric(leader, "corelog_degraded", Duration::from_secs(15), |v| v == 1.0);

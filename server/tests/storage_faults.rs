@@ -232,12 +232,11 @@ fn a_marked_shard_does_not_lead_until_it_has_caught_up() {
 
 #[test]
 fn coordinator_a_damaged_leader_does_not_lead_and_is_repaired_by_its_peer() {
-    let Some((mut c, leader, load)) =
+    let Some((mut c, leader, other, load)) =
         common::coord_run::cluster_under_load("damage_coordinator", "d", 2_000, "before the stop")
     else {
         return;
     };
-    let other = 1 - leader;
     let h = load.finish();
     c.nodes[leader].kill9();
     c.nodes[other].kill9();

@@ -26,12 +26,12 @@ impl Cluster {
     }
 }
 
-/// `cluster(test)` (None where it cannot run), paired and under load:
-/// `paired_under_load`'s (leader, load) with it.
-pub fn cluster_under_load(test: &str, tag: &str, acks: u64, what: &str) -> Option<(Cluster, usize, Background)> {
+/// `cluster(test)` (None where it cannot run), paired and under load
+/// (`paired_under_load`), with its leader's and its follower's index and the load.
+pub fn cluster_under_load(test: &str, tag: &str, acks: u64, what: &str) -> Option<(Cluster, usize, usize, Background)> {
     let c = cluster(test)?;
     let (leader, load) = c.paired_under_load(tag, acks, what);
-    Some((c, leader, load))
+    Some((c, leader, 1 - leader, load))
 }
 
 /// Asserts that no append invoked more than a lease (1 s) after `fault_us` completed
