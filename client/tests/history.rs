@@ -114,13 +114,13 @@ impl Pair {
                 "2".into(),
                 "--ack-timeout-ms".into(),
                 "1000".into(),
-                "--cert".into(),
-                c(&format!("{ident}.pem")),
-                "--key".into(),
-                c(&format!("{ident}.key")),
-                "--client-ca".into(),
-                c("ca.pem"),
             ]);
+            let tls = [
+                ("--cert", format!("{ident}.pem")),
+                ("--key", format!("{ident}.key")),
+                ("--client-ca", "ca.pem".into()),
+            ];
+            args.extend(tls.iter().flat_map(|(flag, file)| [flag.to_string(), c(file)]));
             args.extend(if role == "follower" {
                 ["--leader-addr".into(), peer]
             } else {

@@ -23,8 +23,7 @@ fn metric(port: u16, name: &str) -> f64 {
 
 /// Client certificate flags for the load generator and the CLI.
 fn tls(c: &mut Command, certs: &Path) {
-    c.arg("--ca").arg(certs.join("ca.pem")).arg("--cert").arg(certs.join("client.pem"));
-    c.arg("--key").arg(certs.join("client.key"));
+    c.args(common::client_tls(certs));
 }
 
 /// A standalone server in a fresh temp dir, and a 1 s idempotent run against it with

@@ -28,7 +28,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{server_bin, start_server, Server};
+use common::{client_tls, server_bin, start_server, Server};
 use corelog_loadgen::result::RunResult;
 use corelog_loadgen::run::{instant_of_unix, unix_now};
 
@@ -64,12 +64,7 @@ fn run_with_stall(
         .args(["--connections", &CONNECTIONS.to_string(), "--cores", "1", "--source-ips", "1"])
         .args(["--warmup", &format!("{WARMUP_MS}ms"), "--duration", &format!("{WINDOW_MS}ms")])
         .args(["--start-at", &format!("{start_unix:.6}"), "--quiet", "--label", name])
-        .arg("--ca")
-        .arg(certs.join("ca.pem"))
-        .arg("--cert")
-        .arg(certs.join("client.pem"))
-        .arg("--key")
-        .arg(certs.join("client.key"))
+        .args(client_tls(&certs))
         .arg("--json")
         .arg(&json);
     if let Some(r) = rate {

@@ -7,7 +7,7 @@ mod common;
 
 use std::process::Command;
 
-use common::{server_bin, start_server};
+use common::{client_tls, server_bin, start_server};
 
 use corelog_loadgen::result::sweep::SweepReport;
 
@@ -31,12 +31,7 @@ fn sweep_over_several_processes_cross_checks_exactly() {
         .args(["--warmup", "300ms", "--duration", "1s", "--cooldown", "300ms"])
         .args(["--server-pids", &server.0.id().to_string()])
         .args(["--leader-metrics", &format!("127.0.0.1:{metrics}")])
-        .arg("--ca")
-        .arg(certs.join("ca.pem"))
-        .arg("--cert")
-        .arg(certs.join("client.pem"))
-        .arg("--key")
-        .arg(certs.join("client.key"))
+        .args(client_tls(&certs))
         .arg("--out")
         .arg(&out)
         .args(["--name", "e2e"])

@@ -60,8 +60,7 @@ fn forbidden<T: std::fmt::Debug>(r: Result<T, Error>, says: &str) {
 
 #[test]
 fn each_principal_may_do_what_the_policy_grants_and_nothing_else() {
-    let dir = TempDir::new("authz");
-    let certs = certs(dir.path());
+    let (dir, certs) = dir_with_certs("authz");
     let st = Command::new(BIN)
         .args(["certs", "--out"])
         .arg(&certs)
@@ -71,12 +70,8 @@ fn each_principal_may_do_what_the_policy_grants_and_nothing_else() {
     assert!(st.status.success(), "{st:?}");
     let policy = dir.path().join("authz.toml");
     std::fs::write(&policy, POLICY).unwrap();
-    let p = ports();
-    let data = dir.path().join("data");
     let extra = ["--authz", policy.to_str().unwrap(), "--shard-count", "2"];
-    let args = Node::args(Mode::Standalone, &data, p, Some(&certs), "server", &extra);
-    let mut node = Node::new("standalone", data, p, args);
-    node.start();
+    let mut node = Node::standalone("standalone", &dir.path().join("data"), Some(&certs), &extra).started();
     assert!(node.log_text().contains("authorization: policy"), "{}", node.log_text());
     let addr = node.addr();
     let rt = runtime();
@@ -125,12 +120,8 @@ fn each_principal_may_do_what_the_policy_grants_and_nothing_else() {
 
     // The CLI: a denial exits with 77 (EX_NOPERM) and says why.
     let cli = Command::new(BIN)
-        .args(["append", "--addr", &addr, "--stream", "pay-9", "--ca"])
-        .arg(certs.join("ca.pem"))
-        .arg("--cert")
-        .arg(certs.join("client-orders.pem"))
-        .arg("--key")
-        .arg(certs.join("client-orders.key"))
+        .args(["append", "--addr", &addr, "--stream", "pay-9"])
+        .args(client_tls_args(&certs, "client-orders"))
         .arg("denied cli")
         .output()
         .unwrap();
@@ -230,12 +221,10 @@ fn a_policy_without_mtls_or_that_does_not_parse_stops_the_start() {
 #[test]
 fn the_metrics_port_can_require_a_client_certificate() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let dir = TempDir::new("authz_metrics");
-    let certs = certs(dir.path());
-    let p = ports();
+    let (dir, certs) = dir_with_certs("authz_metrics");
     let data = dir.path().join("data");
-    let args = Node::args(Mode::Standalone, &data, p, Some(&certs), "server", &["--metrics-tls"]);
-    let mut node = Node::new("standalone", data, p, args);
+    let mut node = Node::standalone("standalone", &data, Some(&certs), &["--metrics-tls"]);
+    let p = node.ports;
     node.spawn();
     let rt = runtime();
     let get = |path: &str| {

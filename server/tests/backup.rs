@@ -79,11 +79,8 @@ fn segment_files(dir: &Path) -> HashMap<String, (u64, i64)> {
 
 #[test]
 fn a_backup_under_load_resumes_grows_and_seeds_a_new_pair() {
-    let dir = TempDir::new("backup");
     let extra = ["--shard-count", "2"];
-    let mut p = pair(&dir, None, &extra);
-    p.follower.start();
-    p.leader.start();
+    let (dir, mut p) = started_pair_in("backup", &extra);
     let rt = runtime();
     let (told, stop) = (Told::default(), Arc::new(AtomicBool::new(false)));
     let load = stream_load(&rt, &p.leader.addr(), 8, 16, &told, &stop);
@@ -175,9 +172,7 @@ fn a_backup_under_load_resumes_grows_and_seeds_a_new_pair() {
     for (s, recs) in shards.iter().enumerate() {
         assert_eq!(recs.len() as u64, third[s].1, "shard {s}: the restored node holds another count");
     }
-    q.leader.kill9();
-    q.follower.kill9();
-    common::pair::assert_same_logs(&q.leader.data, &q.follower.data);
+    q.kill_and_compare();
 }
 
 #[test]

@@ -16,9 +16,18 @@ use corelog_client::{Client, ClientConfig, Expect, Producer};
 const ONE_SHARD: [&str; 2] = ["--shard-count", "1"];
 
 fn standalone(dir: &TempDir, name: &str) -> Node {
-    let ports = ports();
-    let data = dir.path().join(name);
-    Node::new(name, data.clone(), ports, Node::args(Mode::Standalone, &data, ports, None, "", &ONE_SHARD))
+    Node::standalone(name, &dir.path().join(name), None, &ONE_SHARD)
+}
+
+/// A started standalone node "node" filled with `events` (`fill`, tag "a"); with the
+/// client config, the acknowledged appends and the streams' versions.
+fn filled_node(dir: &TempDir, events: usize) -> (Node, ClientConfig, Acked, [Option<u64>; 5]) {
+    let n = standalone(dir, "node").started();
+    let cfg = client_config(None);
+    let acked = Acked::default();
+    let mut versions = [None; 5];
+    fill(&n.addr(), &cfg, events, "a", &acked, &mut versions);
+    (n, cfg, acked, versions)
 }
 
 /// Appends `n` events of ~2 KiB: 6 stream events in every 10 (streams `s-0`..`s-4`,
@@ -107,12 +116,7 @@ fn files(dir: &Path, suffix: &str) -> Vec<std::path::PathBuf> {
 #[test]
 fn a_start_reads_the_segment_indexes_and_the_checkpoint_and_scans_only_the_tail() {
     let dir = TempDir::new("ckpt-start");
-    let mut n = standalone(&dir, "node");
-    n.start();
-    let cfg = client_config(None);
-    let acked = Acked::default();
-    let mut versions = [None; 5];
-    fill(&n.addr(), &cfg, 8_000, "a", &acked, &mut versions);
+    let (mut n, cfg, acked, mut versions) = filled_node(&dir, 8_000);
     // An idempotent producer whose window must survive: sequence 3 re-sent is a duplicate.
     let (pid, seq3) = runtime().block_on(async {
         let p = Producer::connect(&n.addr(), &cfg, 0).await.unwrap();
@@ -156,12 +160,7 @@ fn a_start_reads_the_segment_indexes_and_the_checkpoint_and_scans_only_the_tail(
 #[test]
 fn streams_not_written_since_the_last_roll_are_read_in_place_from_its_checkpoint() {
     let dir = TempDir::new("ckpt-base");
-    let mut n = standalone(&dir, "node");
-    n.start();
-    let cfg = client_config(None);
-    let acked = Acked::default();
-    let mut versions = [None; 5];
-    fill(&n.addr(), &cfg, 3_000, "a", &acked, &mut versions);
+    let (mut n, cfg, acked, mut versions) = filled_node(&dir, 3_000);
     // ~5 MB of plain appends: the segment of the last stream event is sealed (4 MiB).
     runtime().block_on(async {
         let c = Client::connect(&n.addr(), &cfg).await.unwrap();
@@ -202,12 +201,7 @@ fn streams_not_written_since_the_last_roll_are_read_in_place_from_its_checkpoint
 #[test]
 fn damaged_index_files_and_checkpoints_are_rebuilt_or_passed_over() {
     let dir = TempDir::new("ckpt-damage");
-    let mut n = standalone(&dir, "node");
-    n.start();
-    let cfg = client_config(None);
-    let acked = Acked::default();
-    let mut versions = [None; 5];
-    fill(&n.addr(), &cfg, 8_000, "a", &acked, &mut versions);
+    let (mut n, cfg, acked, mut versions) = filled_node(&dir, 8_000);
     n.kill9();
     let shard = n.data.join("shard-0");
     let (code, out) = inspect(&n.data);
@@ -311,26 +305,16 @@ impl Rejoin {
     fn node(&self, name: &str, leader: bool) -> Node {
         let ((pa, pb), (da, db)) = (self.ports, &self.data);
         if leader {
-            Node::new(
-                name,
-                da.clone(),
-                pa,
-                Node::args(Mode::Leader { follower_repl: pb.repl }, da, pa, None, "", &self.flags),
-            )
+            Node::serving(name, Mode::Leader { follower_repl: pb.repl }, da, pa, &self.flags)
         } else {
-            Node::new(
-                name,
-                db.clone(),
-                pb,
-                Node::args(Mode::Follower { leader_client: pa.client }, db, pb, None, "", &self.flags),
-            )
+            Node::serving(name, Mode::Follower { leader_client: pa.client }, db, pb, &self.flags)
         }
     }
 
     /// B on its own, standalone.
     fn b_alone(&self, name: &str) -> Node {
         let (pb, db) = (self.ports.1, &self.data.1);
-        Node::new(name, db.clone(), pb, Node::args(Mode::Standalone, db, pb, None, "", &self.flags))
+        Node::serving(name, Mode::Standalone, db, pb, &self.flags)
     }
 
     /// B, promoted, writes `n` appends A never sees (not counted as acknowledged), then

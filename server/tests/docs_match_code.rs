@@ -87,11 +87,17 @@ fn protocol_error_table_names_every_error_code_and_nothing_else() {
     let code: BTreeSet<(u16, String)> =
         (0..=u16::MAX).filter_map(|v| ErrorCode::from_u16(v).map(|c| (v, format!("{c:?}")))).collect();
     assert!(code.len() >= 23, "ErrorCode has {} codes", code.len());
-    let missing: Vec<_> = code.difference(&rows).collect();
-    let extra: Vec<_> = rows.difference(&code).collect();
+    assert_same(&code, &rows, "protocol.md §4 and ErrorCode", "docs");
+}
+
+/// Asserts that the code's and the docs' sets are the same; the message names who
+/// disagrees and the docs' side.
+fn assert_same<T: Ord + std::fmt::Debug>(code: &BTreeSet<T>, docs: &BTreeSet<T>, who: &str, side: &str) {
+    let missing: Vec<_> = code.difference(docs).collect();
+    let extra: Vec<_> = docs.difference(code).collect();
     assert!(
         missing.is_empty() && extra.is_empty(),
-        "protocol.md §4 and ErrorCode disagree: not in the docs {missing:?}; in the docs only {extra:?}"
+        "{who} disagree: not in the {side} {missing:?}; in the {side} only {extra:?}"
     );
 }
 
@@ -112,12 +118,7 @@ fn metrics_table_names_every_metric_of_the_code_and_nothing_else() {
         let first_cell = l.split('|').nth(1).expect("a table row");
         metric_names(first_cell, &mut table);
     }
-    let missing: Vec<_> = code.difference(&table).collect();
-    let extra: Vec<_> = table.difference(&code).collect();
-    assert!(
-        missing.is_empty() && extra.is_empty(),
-        "operations.md §5's metrics table and the code disagree: not in the table {missing:?}; in the table only {extra:?}"
-    );
+    assert_same(&code, &table, "operations.md §5's metrics table and the code", "table");
 }
 
 #[test]

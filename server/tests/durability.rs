@@ -9,16 +9,12 @@ use std::time::Duration;
 use common::*;
 
 fn standalone(dir: &TempDir, certs: Option<&std::path::Path>, extra: &[&str]) -> Node {
-    let ports = ports();
-    let data = dir.path().join("data");
-    let args = Node::args(Mode::Standalone, &data, ports, certs, "server", extra);
-    Node::new("standalone", data, ports, args)
+    Node::standalone("standalone", &dir.path().join("data"), certs, extra)
 }
 
 #[test]
 fn acked_appends_are_distinct_and_survive_kill9_mid_load() {
-    let dir = TempDir::new("ack-crash");
-    let certs = certs(dir.path());
+    let (dir, certs) = dir_with_certs("ack-crash");
     let mut node = standalone(&dir, Some(&certs), &[]);
     node.start();
     let cfg = client_config(Some(&certs));
@@ -197,9 +193,7 @@ fn a_data_dir_on_tmpfs_is_refused() {
         return;
     }
     let data = shm.join(format!("corelog-test-{}", std::process::id()));
-    let ports = ports();
-    let args = Node::args(Mode::Standalone, &data, ports, None, "server", &[]);
-    let mut node = Node::new("tmpfs", data.clone(), ports, args);
+    let mut node = Node::standalone("tmpfs", &data, None, &[]);
     node.log = std::env::temp_dir().join(format!("corelog-tmpfs-{}.log", std::process::id()));
     node.spawn();
     let code = node.wait_exit(Duration::from_secs(10));
@@ -238,10 +232,8 @@ fn a_write_error_stops_the_node_without_acknowledging() {
         }
     }
     let _guard = Unmount(mnt.clone());
-    let ports = ports();
     let data = mnt.join("data");
-    let args = Node::args(Mode::Standalone, &data, ports, None, "server", &["--shard-count", "1"]);
-    let mut node = Node::new("small-disk", data.clone(), ports, args);
+    let mut node = Node::standalone("small-disk", &data, None, &["--shard-count", "1"]);
     node.log = dir.path().join("small-disk.log");
     node.start();
     // 4 MiB segments on a ~10 MiB filesystem: the third segment cannot be preallocated.
@@ -269,14 +261,7 @@ fn a_write_error_stops_the_node_without_acknowledging() {
     // Move the data to a real disk and restart: every acknowledged append is there.
     let moved = dir.path().join("moved");
     assert!(Command::new("cp").arg("-a").arg(&data).arg(&moved).status().unwrap().success());
-    let p2 = common::ports();
-    let mut again = Node::new(
-        "moved",
-        moved.clone(),
-        p2,
-        Node::args(Mode::Standalone, &moved, p2, None, "", &["--shard-count", "1"]),
-    );
-    again.start();
+    let again = Node::standalone("moved", &moved, None, &["--shard-count", "1"]).started();
     let recs = rt.block_on(read_all(&again.addr(), &client_config(None), 0));
     verify_acked(&acked, &[recs]);
 }

@@ -26,8 +26,11 @@ mod common;
 use std::process::Command;
 use std::time::Duration;
 
-use common::coord::{cluster, epoch, epochs_in_order, health, netns_cluster, run_for, start_load, verify, HOSTS};
-use common::{certs, client_config, ports, runtime, Mode, Node, TempDir, BIN};
+use common::coord::{
+    cluster, epoch, epochs_in_order, health, netns_cluster, run_for, start_load, verify, Cluster, HOSTS,
+};
+use common::coord_run::{assert_no_ack_past_the_lease, cluster_under_load};
+use common::{client_config, client_tls_args, dir_with_certs, runtime, started_pair, BIN};
 use corelog_history::{self as workload, History, Logs, OpResult};
 
 fn trials() -> usize {
@@ -142,21 +145,18 @@ fn a_take_over_leads_in_place_and_closes_the_connections_greeted_as_a_followers(
 
 #[test]
 fn follower_sigkill_degrades_then_rejoins_the_in_sync_set() {
-    let Some(mut c) = cluster("failover_follower_kill") else { return };
-    let leader = c.wait_pair(Duration::from_secs(60));
-    let follower = 1 - leader;
-    let load = c.load("f");
-    run_for(&load, Duration::from_secs(1), 200, "before the kill");
+    let Some((mut c, leader, follower, load)) =
+        cluster_under_load("failover_follower_kill", "f", 200, "before the kill")
+    else {
+        return;
+    };
     c.nodes[follower].kill9();
     c.wait_metric(leader, "corelog_degraded", Duration::from_secs(15), |v| v == 1.0);
     c.wait_metric(leader, "corelog_insync_replicas", Duration::from_secs(1), |v| v == 1.0);
     let degraded_us = load.now_us();
     run_for(&load, Duration::ZERO, 200, "acknowledged alone while degraded");
     let restart_us = load.now_us();
-    c.nodes[follower].spawn();
-    c.wait_metric(leader, "corelog_insync_replicas", Duration::from_secs(60), |v| v == 2.0);
-    c.wait_metric(leader, "corelog_degraded", Duration::from_secs(5), |v| v == 0.0);
-    assert_eq!(c.wait_pair(Duration::from_secs(10)), leader, "the leader changed");
+    c.rejoin(leader, follower);
     run_for(&load, Duration::ZERO, 100, "after the rejoin");
     let h = load.finish();
     let alone = h
@@ -173,11 +173,10 @@ fn follower_sigkill_degrades_then_rejoins_the_in_sync_set() {
 
 #[test]
 fn a_leader_frozen_past_its_lease_is_replaced_and_rejoins_as_follower() {
-    let Some(c) = cluster("failover_frozen_leader") else { return };
-    let leader = c.wait_pair(Duration::from_secs(60));
-    let other = 1 - leader;
-    let load = c.load("z");
-    run_for(&load, Duration::from_secs(1), 200, "before the freeze");
+    let Some((c, leader, other, load)) = cluster_under_load("failover_frozen_leader", "z", 200, "before the freeze")
+    else {
+        return;
+    };
     common::signal(&c.nodes[leader], libc::SIGSTOP);
     c.wait_health(Duration::from_secs(30), "the follower leading", |h| h[other].contains("role=leader"));
     run_for(&load, Duration::ZERO, 200, "on the new leader");
@@ -192,10 +191,9 @@ fn a_leader_frozen_past_its_lease_is_replaced_and_rejoins_as_follower() {
 
 #[test]
 fn with_etcd_frozen_the_leader_stops_acknowledging_at_its_lease_end() {
-    let Some(c) = cluster("failover_etcd_frozen") else { return };
-    c.wait_pair(Duration::from_secs(60));
-    let load = c.load("e");
-    run_for(&load, Duration::from_secs(1), 200, "before the freeze");
+    let Some((c, _, _, load)) = cluster_under_load("failover_etcd_frozen", "e", 200, "before the freeze") else {
+        return;
+    };
     let pid = c.etcd.pid();
     let frozen_us = load.now_us();
     // SAFETY: signals to our own child process.
@@ -212,19 +210,9 @@ fn with_etcd_frozen_the_leader_stops_acknowledging_at_its_lease_end() {
     // while it restarts as a follower most likely explains a CI run on 2026-11-26 where
     // every acknowledged record was on both nodes' disks but the read-back came up short.
     let leader = c.wait_pair(Duration::from_secs(60));
-    // The leader acks only until its last renewal (sent before the freeze) + the TTL:
-    // nothing invoked later than that may complete before etcd is back.
-    let late: Vec<_> = h
-        .ops
-        .iter()
-        .filter(|o| matches!(o.result, OpResult::Ok(_)) && o.invoke_us > frozen_us + 1_000_000 && o.done_us < thawed_us)
-        .collect();
-    assert!(
-        late.is_empty(),
-        "{} acks past the lease with etcd frozen, e.g.:\n{}",
-        late.len(),
-        h.around(late[0].invoke_us, 5)
-    );
+    // Nothing invoked past the lease (renewed last before the freeze) may complete
+    // before etcd is back.
+    assert_no_ack_past_the_lease(&h, frozen_us, thawed_us, "frozen");
     c.verify(leader, &h);
 }
 
@@ -232,19 +220,10 @@ fn with_etcd_frozen_the_leader_stops_acknowledging_at_its_lease_end() {
 /// `corelog workload` end to end.
 #[test]
 fn the_workload_and_corelog_workload_check_out_against_a_static_pair() {
-    let dir = TempDir::new("workload_static");
-    let certs = certs(dir.path());
-    let (lp, fp) = (ports(), ports());
-    let (ld, fd) = (dir.path().join("leader"), dir.path().join("follower"));
-    let extra = ["--shard-count", "2"];
-    let largs = Node::args(Mode::Leader { follower_repl: fp.repl }, &ld, lp, Some(&certs), "server", &extra);
-    let fargs = Node::args(Mode::Follower { leader_client: lp.client }, &fd, fp, Some(&certs), "follower", &extra);
-    let mut follower = Node::new("follower", fd, fp, fargs);
-    let mut leader = Node::new("leader", ld, lp, largs);
-    follower.start();
-    leader.start();
+    let (dir, certs) = dir_with_certs("workload_static");
+    let p = started_pair(&dir, Some(&certs), &["--shard-count", "2"]);
     // Follower first in the list: every connection is sent on by NotLeader.
-    let addrs = vec![follower.addr(), leader.addr()];
+    let addrs = vec![p.follower.addr(), p.leader.addr()];
     let load = start_load(addrs.clone(), client_config(Some(&certs)), "s");
     run_for(&load, Duration::from_secs(1), 500, "static pair");
     let h = load.finish();
@@ -252,19 +231,14 @@ fn the_workload_and_corelog_workload_check_out_against_a_static_pair() {
         "workload_static",
         dir.path(),
         &h,
-        &runtime().block_on(workload::read_all(&leader.addr(), &client_config(Some(&certs)))).unwrap(),
+        &runtime().block_on(workload::read_all(&p.leader.addr(), &client_config(Some(&certs)))).unwrap(),
     );
     assert_eq!(r.failed + r.unknown, 0, "errors with both nodes up:\n{}", h.around(0, 5));
     assert!(r.ok >= 500 && r.window.is_some());
     let hist = dir.path().join("cli.history");
     let mut cmd = Command::new(BIN);
     cmd.args(["workload", "--addr", &addrs.join(","), "--connections", "100", "--duration-ms", "1500", "--tag", "cli"])
-        .arg("--ca")
-        .arg(certs.join("ca.pem"))
-        .arg("--cert")
-        .arg(certs.join("client.pem"))
-        .arg("--key")
-        .arg(certs.join("client.key"))
+        .args(client_tls_args(&certs, "client"))
         .arg("--history")
         .arg(&hist);
     if workload::go_available() {
@@ -375,6 +349,27 @@ impl Fault {
             _ => Duration::from_secs(3),
         }
     }
+
+    /// Makes the fault on node `victim` (`on`), or undoes it: a kill is undone by a
+    /// restart, a freeze by SIGCONT, a cut (from its peer and from etcd) by healing it.
+    fn set(self, c: &mut Cluster, victim: usize, on: bool) {
+        let (v, peer) = (HOSTS[victim], HOSTS[1 - victim]);
+        match self {
+            Fault::LeaderKill | Fault::FollowerKill if on => c.nodes[victim].kill9(),
+            Fault::LeaderKill | Fault::FollowerKill => c.nodes[victim].spawn(),
+            Fault::LeaderStop => common::signal(&c.nodes[victim], if on { libc::SIGSTOP } else { libc::SIGCONT }),
+            Fault::LeaderCut | Fault::FollowerCut => {
+                let net = c.net.as_ref().expect("netns");
+                for to in [peer, "e"] {
+                    if on {
+                        net.cut(v, to);
+                    } else {
+                        net.heal(v, to);
+                    }
+                }
+            }
+        }
+    }
 }
 
 fn env_or(name: &str, default: &str) -> String {
@@ -467,31 +462,14 @@ fn every_fault_kind_resumes_writes() {
         for k in 0..trials {
             let leader = c.wait_pair(Duration::from_secs(60));
             let victim = if kind.on_leader() { leader } else { 1 - leader };
-            let (v, peer) = (HOSTS[victim], HOSTS[1 - victim]);
             let old = epoch(&health(&c.nodes[leader]));
             load.run_for(Duration::from_millis(300), 50, "before the fault");
             let (t0, from_us, wall) = (std::time::Instant::now(), load.now_us(), std::time::SystemTime::now());
-            match kind {
-                Fault::LeaderKill | Fault::FollowerKill => c.nodes[victim].kill9(),
-                Fault::LeaderStop => common::signal(&c.nodes[victim], libc::SIGSTOP),
-                Fault::LeaderCut | Fault::FollowerCut => {
-                    let net = c.net.as_ref().expect("netns");
-                    net.cut(v, peer);
-                    net.cut(v, "e");
-                }
-            }
+            kind.set(&mut c, victim, true);
             // The fault's duration is the fault itself (what is waited for is measured).
             std::thread::sleep(kind.hold(k).saturating_sub(t0.elapsed()));
             let to_us = load.now_us();
-            match kind {
-                Fault::LeaderKill | Fault::FollowerKill => c.nodes[victim].spawn(),
-                Fault::LeaderStop => common::signal(&c.nodes[victim], libc::SIGCONT),
-                Fault::LeaderCut | Fault::FollowerCut => {
-                    let net = c.net.as_ref().expect("netns");
-                    net.heal(v, peer);
-                    net.heal(v, "e");
-                }
-            }
+            kind.set(&mut c, victim, false);
             let now = if kind.on_leader() {
                 c.wait_pair_in(Duration::from_secs(60), |e| e > old)
             } else {

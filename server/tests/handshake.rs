@@ -11,10 +11,6 @@ use std::time::Duration;
 use common::*;
 use corelog_client::{Client, Position};
 
-fn node(name: &str, mode: Mode, data: &Path, ports: Ports, extra: &[&str]) -> Node {
-    Node::new(name, data.to_path_buf(), ports, Node::args(mode, data, ports, None, "", extra))
-}
-
 /// The sequence of the handshake bug: the follower holds a batch its leader never wrote
 /// (shipped before the leader's own write, then the leader died); the leader restarts
 /// and receives appends before the follower reconnects; the follower returns late.
@@ -23,12 +19,8 @@ fn node(name: &str, mode: Mode, data: &Path, ports: Ports, extra: &[&str]) -> No
 fn a_batch_only_the_follower_has_is_cut_when_a_restarted_leader_takes_appends_first() {
     let dir = TempDir::new("hs-ghost");
     let one = ["--shard-count", "1"];
-    let (lp, fp) = (ports(), ports());
-    let (ld, fd) = (dir.path().join("leader"), dir.path().join("follower"));
-    let mut leader = node("leader", Mode::Leader { follower_repl: fp.repl }, &ld, lp, &one);
-    let mut follower = node("follower", Mode::Follower { leader_client: lp.client }, &fd, fp, &one);
-    follower.start();
-    leader.start();
+    let Pair { mut leader, mut follower } = started_pair(&dir, None, &one);
+    let (ld, fd, fp) = (leader.data.clone(), follower.data.clone(), follower.ports);
     let rt = runtime();
     let cfg = client_config(None);
     let acked = Acked::default();
@@ -39,7 +31,7 @@ fn a_batch_only_the_follower_has_is_cut_when_a_restarted_leader_takes_appends_fi
     // The follower's disk gets 5 records at offsets 100..105 in the leader's epoch that
     // the leader never wrote: the follower's data dir, run alone as a standalone node.
     let sp = ports();
-    let mut ghost = node("ghost-writer", Mode::Standalone, &fd, sp, &one);
+    let mut ghost = Node::serving("ghost-writer", Mode::Standalone, &fd, sp, &one);
     ghost.start();
     let ghosts = Acked::default();
     assert_eq!(rt.block_on(load(&ghost.addr(), &cfg, 1, 5, "ghost", &ghosts)), 0);
@@ -102,7 +94,7 @@ fn compare(a: &Path, b: &Path) -> (i32, String) {
 fn promote_and_verify(data: &Path, p: Ports, acked: &Acked) {
     promote(data, None);
     // As leader with no follower: reads are served up to the inherited history.
-    let mut promoted = node("promoted", Mode::Leader { follower_repl: 1 }, data, p, &["--shard-count", "1"]);
+    let mut promoted = Node::serving("promoted", Mode::Leader { follower_repl: 1 }, data, p, &["--shard-count", "1"]);
     promoted.start();
     let rt = runtime();
     let shard0 = rt.block_on(read_all(&promoted.addr(), &client_config(None), 0));
@@ -117,10 +109,7 @@ fn promote_and_verify(data: &Path, p: Ports, acked: &Acked) {
 fn a_leader_without_an_accepting_follower_writes_nothing_and_answers_unavailable() {
     let dir = TempDir::new("hs-unavailable");
     let extra = ["--shard-count", "1", "--ack-timeout-ms", "300"];
-    let (lp, fp) = (ports(), ports());
-    let (ld, fd) = (dir.path().join("leader"), dir.path().join("follower"));
-    let mut leader = node("leader", Mode::Leader { follower_repl: fp.repl }, &ld, lp, &extra);
-    let mut follower = node("follower", Mode::Follower { leader_client: lp.client }, &fd, fp, &extra);
+    let Pair { mut leader, mut follower } = pair(&dir, None, &extra);
     leader.start();
     let rt = runtime();
     let cfg = client_config(None);
@@ -143,7 +132,7 @@ fn a_leader_without_an_accepting_follower_writes_nothing_and_answers_unavailable
     leader.kill9();
     follower.kill9();
     let records = rt.block_on(async {
-        let mut solo = node("solo", Mode::Standalone, &fd, ports(), &["--shard-count", "1"]);
+        let mut solo = Node::serving("solo", Mode::Standalone, &follower.data, ports(), &["--shard-count", "1"]);
         solo.start();
         let r = read_all(&solo.addr(), &cfg, 0).await;
         solo.kill9();

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::pair::{assert_same_logs, pair, promoted, wait_caught_up};
+use common::pair::{promoted, wait_caught_up};
 use common::*;
 use corelog_client::{ClientConfig, ErrorCode, Position, Producer, Record};
 
@@ -141,10 +141,7 @@ fn read_logs(rt: &tokio::runtime::Runtime, addr: &str, cfg: &ClientConfig) -> Ve
 
 #[test]
 fn producers_retry_across_leader_kill9_and_store_every_sequence_once() {
-    let dir = TempDir::new("idem_kill");
-    let mut p = pair(&dir, None, &["--shard-count", "2"]);
-    p.follower.start();
-    p.leader.start();
+    let (_dir, mut p) = started_pair_in("idem_kill", &["--shard-count", "2"]);
     let rt = runtime();
     let per = 1500;
     let run = start(&rt, p.leader.addr(), slow_failover_cfg(None), 6, per, 16);
@@ -157,9 +154,7 @@ fn producers_retry_across_leader_kill9_and_store_every_sequence_once() {
     let addr = p.leader.addr();
     let summary = run.finish(&rt, per, || read_logs(&rt, &addr, &ClientConfig::insecure()));
     wait_caught_up(&p, Duration::from_secs(30));
-    p.leader.kill9();
-    p.follower.kill9();
-    let shards = assert_same_logs(&p.leader.data, &p.follower.data);
+    let shards = p.kill_and_compare();
     eprintln!("idempotent kill loop: {summary}; both logs {shards:?}");
 }
 
@@ -186,10 +181,7 @@ fn producers_retry_across_automatic_failover() {
 
 #[test]
 fn producer_state_survives_kill9_matches_the_follower_and_refuses_out_of_line_sequences() {
-    let dir = TempDir::new("idem_state");
-    let mut p = pair(&dir, None, &["--shard-count", "1"]);
-    p.follower.start();
-    p.leader.start();
+    let (_dir, mut p) = started_pair_in("idem_state", &["--shard-count", "1"]);
     let rt = runtime();
     let cfg = ClientConfig::insecure().with_failover_timeout(Duration::from_millis(300));
     let addr = p.leader.addr();
@@ -307,10 +299,7 @@ fn read_frames(s: &mut std::net::TcpStream, n: usize) -> Vec<Answer> {
 fn a_retry_waiting_for_its_original_is_answered_before_the_appends_behind_it() {
     use corelog_client::codec::{self, op, ProducerSeq, Request};
     use std::io::Write;
-    let dir = TempDir::new("idem_order");
-    let mut p = pair(&dir, None, &["--shard-count", "1"]);
-    p.follower.start();
-    p.leader.start();
+    let (_dir, p) = started_pair_in("idem_order", &["--shard-count", "1"]);
     let connect = || {
         let mut s = std::net::TcpStream::connect(("127.0.0.1", p.leader.ports.client)).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();

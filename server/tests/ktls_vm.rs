@@ -19,8 +19,6 @@
 //!   are all exercised.
 
 use std::io::{Read, Write};
-use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -179,49 +177,22 @@ fn handoff_with_pipelined_records() {
     }
 }
 
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
-}
-
 #[test]
 fn ktls_in_vm() {
-    if std::env::var("VM_GUEST").is_ok() {
-        return; // already inside the VM
-    }
-    if std::env::var("CORELOG_SKIP_VM").is_ok_and(|v| v == "1") {
-        common::skip("ktls_in_vm", "CORELOG_SKIP_VM=1");
+    if !common::vm::vm_wanted("ktls_in_vm") {
         return;
     }
-    let root = repo_root();
-    let corelog = env!("CARGO_BIN_EXE_corelog");
     let me = std::env::current_exe().unwrap();
-    let t0 = Instant::now();
-    let out = Command::new("bash")
-        .arg(root.join("infra/vm/run-in-vm.sh"))
-        .args(["-m", "tls", "-s", "512", "-t", "240", "--mem", "1536"])
+    let mut cmd = common::vm::vm_command();
+    cmd.args(["-m", "tls", "-s", "512", "-t", "240", "--mem", "1536"])
         .arg("-f")
-        .arg(format!("{corelog}:/usr/local/bin/corelog"))
+        .arg(format!("{}:/usr/local/bin/corelog", env!("CARGO_BIN_EXE_corelog")))
         .arg("-f")
         .arg(format!("{}:/usr/local/bin/ktls-handoff-test", me.display()))
-        .args(["-e", "KTLS_TEST_BIN=/usr/local/bin/ktls-handoff-test"])
-        .arg(root.join("server/tests/vm/ktls.sh"))
-        .current_dir(&root)
-        .output()
-        .expect("run infra/vm/run-in-vm.sh");
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    let code = out.status.code().unwrap_or(-1);
-    if code == 77 {
-        let why = text.lines().find(|l| l.starts_with("SKIP")).unwrap_or("qemu or the Debian kernel is missing");
-        common::skip("ktls_in_vm", why);
-        return;
-    }
-    let summary: Vec<&str> = text
-        .lines()
-        .filter(|l| l.starts_with("ktls-vm:") || l.contains("kernel TLS") || l.contains("handoff"))
-        .collect();
-    assert!(code == 0, "VM test failed with exit code {code} after {:?}:\n{text}", t0.elapsed());
-    assert!(text.contains("ktls-vm: PASS"), "no PASS line:\n{text}");
-    eprintln!("ktls_in_vm passed in {:.1} s:\n{}", t0.elapsed().as_secs_f64(), summary.join("\n"));
+        .args(["-e", "KTLS_TEST_BIN=/usr/local/bin/ktls-handoff-test"]);
+    common::vm::run_vm_script("ktls_in_vm", cmd, "ktls.sh", "ktls-vm", |l| {
+        l.contains("kernel TLS") || l.contains("handoff")
+    });
 }
 
 /// A peer's TLS 1.3 KeyUpdate: rustls in userspace takes it in its stride; under kernel TLS

@@ -25,6 +25,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use common::coord::{epoch, health, netns_cluster, run_for, Cluster, HOSTS};
+use common::coord_run::assert_no_ack_past_the_lease;
 use corelog_history::{Background, History, Logs, OpResult, Report};
 
 /// How long each cut lasts: many leases (the default is 400 ms), and more than the
@@ -34,15 +35,53 @@ const CUT: Duration = Duration::from_secs(5);
 /// One partition test at a time: each runs three servers and 100 connections.
 static SERIAL: Mutex<()> = Mutex::new(());
 
-/// A cluster with both nodes in sync and a load acknowledged for a while: (the serial
-/// lock, the cluster, the leader's index, the load).
-fn begin(test: &str, tag: &str) -> Option<(MutexGuard<'static, ()>, Cluster, usize, Background)> {
-    let guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+/// Links between hosts, by name (`HOSTS`, `e`, `c`).
+type Links = Vec<(&'static str, &'static str)>;
+
+/// A cut in place: made on a cluster with both nodes in sync under a load acknowledged
+/// for a while. Holds the serial lock.
+struct Cut {
+    _serial: MutexGuard<'static, ()>,
+    c: Cluster,
+    leader: usize,
+    /// The leader's epoch before the cut.
+    old: u32,
+    load: Background,
+    links: Links,
+    /// When the cut began, and the load's clock once it was in place.
+    t0: Instant,
+    cut_us: u64,
+}
+
+/// Cuts the links `links(leader)` names; `None` where the test cannot run.
+fn begin(test: &str, tag: &str, links: impl Fn(usize) -> Links) -> Option<Cut> {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let c = netns_cluster(test, None)?;
-    let leader = c.wait_pair(Duration::from_secs(60));
-    let load = c.load(tag);
-    run_for(&load, Duration::from_secs(1), 200, "before the cut");
-    Some((guard, c, leader, load))
+    let (leader, load) = c.paired_under_load(tag, 200, "before the cut");
+    let old = epoch(&health(&c.nodes[leader]));
+    let links = links(leader);
+    let t0 = Instant::now();
+    let net = c.net.as_ref().expect("netns");
+    for (a, b) in &links {
+        net.cut(a, b);
+    }
+    let cut_us = load.now_us();
+    Some(Cut { _serial, c, leader, old, load, links, t0, cut_us })
+}
+
+/// Heals each of `links`; returns the load's clock just before.
+fn heal(c: &Cluster, load: &Background, links: &[(&str, &str)]) -> u64 {
+    let healed_us = load.now_us();
+    let net = c.net.as_ref().expect("netns");
+    for (a, b) in links {
+        net.heal(a, b);
+    }
+    healed_us
+}
+
+/// The checked history's window and counts, as the tests print them.
+fn window(r: &Report) -> String {
+    format!("window {} ms, {} ok, {} unknown", r.window.map_or(0, |w| w.len().as_millis()), r.ok, r.unknown)
 }
 
 /// The fault's duration: until `CUT` after `t0`, sampling both nodes' health every
@@ -86,23 +125,17 @@ fn ms(us: u64) -> u64 {
 
 #[test]
 fn a_leader_cut_from_everything_is_replaced_and_rejoins_as_follower() {
-    let Some((_serial, c, leader, load)) = begin("partition_leader_isolated", "a") else { return };
-    let net = c.net.as_ref().expect("netns");
-    let (l, f) = (HOSTS[leader], HOSTS[1 - leader]);
-    let old = epoch(&health(&c.nodes[leader]));
-    let t0 = Instant::now();
-    for x in [f, "e", "c"] {
-        net.cut(l, x);
-    }
-    let cut_us = load.now_us(); // the cut in place
+    let isolated = |l: usize| vec![(HOSTS[l], HOSTS[1 - l]), (HOSTS[l], "e"), (HOSTS[l], "c")];
+    let Some(Cut { _serial, c, leader, old, load, links, t0, cut_us }) =
+        begin("partition_leader_isolated", "a", isolated)
+    else {
+        return;
+    };
     c.wait_health(Duration::from_secs(30), "the follower leading", |h| h[1 - leader].contains("role=leader"));
     let took_over = t0.elapsed();
     run_for(&load, Duration::ZERO, 200, "on the new leader while the old one is cut off");
     hold(&c, t0, |h| assert!(h[leader].is_empty(), "the cut-off leader answered the client: {h:?}"));
-    let healed_us = load.now_us();
-    for x in [f, "e", "c"] {
-        net.heal(l, x);
-    }
+    let healed_us = heal(&c, &load, &links);
     let (now, paired, h, r, logs) = finish(&c, load, |e| e > old);
     assert_eq!(now, 1 - leader, "the old leader took the lead back");
     let during = acks_by_epoch(&h, &logs, cut_us, healed_us);
@@ -113,25 +146,22 @@ fn a_leader_cut_from_everything_is_replaced_and_rejoins_as_follower() {
     assert!(text.contains("re-executing") && text.contains("following"), "old leader:\n{}", c.logs());
     let first = h.ops.iter().filter(|o| o.invoke_us > cut_us && matches!(o.result, OpResult::Ok(_))).map(|o| o.done_us);
     eprintln!(
-        "leader isolated: the follower led {} ms after the cut, first ack {} ms after it; {on_new} acks during the cut (epochs {during:?}); pair again {} ms after healing; window {} ms, {} ok, {} unknown",
+        "leader isolated: the follower led {} ms after the cut, first ack {} ms after it; {on_new} acks during the cut (epochs {during:?}); pair again {} ms after healing; {}",
         took_over.as_millis(),
         first.min().map_or(0, |t| ms(t - cut_us)),
         paired.as_millis(),
-        r.window.map_or(0, |w| w.len().as_millis()),
-        r.ok,
-        r.unknown
+        window(&r)
     );
 }
 
 #[test]
 fn b_leader_and_follower_cut_apart_only_the_leader_acknowledges_alone() {
-    let Some((_serial, c, leader, load)) = begin("partition_pair_split", "b") else { return };
-    let net = c.net.as_ref().expect("netns");
+    let split = |l: usize| vec![(HOSTS[l], HOSTS[1 - l])];
+    let Some(Cut { _serial, c, leader, old, load, links, t0, cut_us }) = begin("partition_pair_split", "b", split)
+    else {
+        return;
+    };
     let follower = 1 - leader;
-    let old = epoch(&health(&c.nodes[leader]));
-    let t0 = Instant::now();
-    net.cut(HOSTS[leader], HOSTS[follower]);
-    let cut_us = load.now_us(); // the cut in place
     c.wait_metric(leader, "corelog_degraded", Duration::from_secs(15), |v| v == 1.0);
     c.wait_metric(leader, "corelog_insync_replicas", Duration::from_secs(1), |v| v == 1.0);
     let (degraded, degraded_us) = (t0.elapsed(), load.now_us());
@@ -140,8 +170,8 @@ fn b_leader_and_follower_cut_apart_only_the_leader_acknowledges_alone() {
         assert!(h[follower].contains("role=follower"), "the cut-off follower changed role: {h:?}");
         assert!(h[leader].contains("role=leader") && epoch(&h[leader]) == old, "the leader changed: {h:?}");
     });
-    let (healed_us, cut_log) = (load.now_us(), c.nodes[leader].log_text());
-    net.heal(HOSTS[leader], HOSTS[follower]);
+    let cut_log = c.nodes[leader].log_text();
+    let healed_us = heal(&c, &load, &links);
     let (now, paired, h, r, logs) = finish(&c, load, |e| e == old);
     assert_eq!(now, leader, "the leader changed");
     let during = acks_by_epoch(&h, &logs, cut_us, healed_us);
@@ -157,31 +187,28 @@ fn b_leader_and_follower_cut_apart_only_the_leader_acknowledges_alone() {
     );
     assert!(!c.nodes[follower].log_text().contains("took over"), "the follower took over:\n{}", c.logs());
     eprintln!(
-        "pair split: degraded {} ms after the cut; {alone} acks by the leader alone; back in sync {} ms after healing; window {} ms, {} ok, {} unknown",
+        "pair split: degraded {} ms after the cut; {alone} acks by the leader alone; back in sync {} ms after healing; {}",
         degraded.as_millis(),
         paired.as_millis(),
-        r.window.map_or(0, |w| w.len().as_millis()),
-        r.ok,
-        r.unknown
+        window(&r)
     );
 }
 
 #[test]
 fn c_a_follower_cut_from_etcd_changes_nothing() {
-    let Some((_serial, c, leader, load)) = begin("partition_follower_etcd", "c") else { return };
-    let net = c.net.as_ref().expect("netns");
+    let follower_from_etcd = |l: usize| vec![(HOSTS[1 - l], "e")];
+    let Some(Cut { _serial, c, leader, old, load, links, t0, cut_us }) =
+        begin("partition_follower_etcd", "c", follower_from_etcd)
+    else {
+        return;
+    };
     let follower = 1 - leader;
-    let old = epoch(&health(&c.nodes[leader]));
-    let t0 = Instant::now();
-    net.cut(HOSTS[follower], "e");
-    let cut_us = load.now_us(); // the cut in place
     hold(&c, t0, |h| {
         let l = &h[leader];
         let ok = l.contains("role=leader") && l.contains("insync=2") && l.contains("degraded=0") && epoch(l) == old;
         assert!(ok && h[follower].contains("role=follower"), "the pair changed with the follower cut from etcd: {h:?}");
     });
-    let healed_us = load.now_us();
-    net.heal(HOSTS[follower], "e");
+    let healed_us = heal(&c, &load, &links);
     let (now, _, h, r, logs) = finish(&c, load, |e| e == old);
     assert_eq!(now, leader, "the leader changed");
     // Past the follower's own lease (1 s): acks go on, two copies, in the same epoch.
@@ -192,45 +219,30 @@ fn c_a_follower_cut_from_etcd_changes_nothing() {
         assert!(!n.log_text().contains("re-executing"), "{} changed role:\n{}", n.name, c.logs());
     }
     eprintln!(
-        "follower cut from etcd: {} acks (both copies) in epoch {old} from 1.5 s after the cut to healing; window {} ms, {} ok, {} unknown",
+        "follower cut from etcd: {} acks (both copies) in epoch {old} from 1.5 s after the cut to healing; {}",
         during[&old],
-        r.window.map_or(0, |w| w.len().as_millis()),
-        r.ok,
-        r.unknown
+        window(&r)
     );
 }
 
 #[test]
 fn d_with_etcd_cut_from_both_nodes_acks_stop_at_the_lease_end_and_resume_after() {
-    let Some((_serial, c, leader, load)) = begin("partition_etcd_isolated", "d") else { return };
-    let net = c.net.as_ref().expect("netns");
-    let old = epoch(&health(&c.nodes[leader]));
-    let t0 = Instant::now();
-    net.cut("e", HOSTS[0]);
-    net.cut("e", HOSTS[1]);
-    let cut_us = load.now_us(); // the cut in place
-                                // Its /health says when the lease has lapsed (acknowledgements held).
+    let etcd_from_both = |_| vec![("e", HOSTS[0]), ("e", HOSTS[1])];
+    let Some(Cut { _serial, c, leader, old, load, links, t0, cut_us }) =
+        begin("partition_etcd_isolated", "d", etcd_from_both)
+    else {
+        return;
+    };
+    // Its /health says when the lease has lapsed (acknowledgements held).
     let lapsed = std::cell::Cell::new(false);
     hold(&c, t0, |h| lapsed.set(lapsed.get() || h[leader].contains("lease=lapsed")));
     assert!(lapsed.get(), "the leader's /health never showed lease=lapsed with etcd cut off");
-    let healed_us = load.now_us();
-    net.heal("e", HOSTS[0]);
-    net.heal("e", HOSTS[1]);
+    let healed_us = heal(&c, &load, &links);
     // Its lease expired: a new term.
     let (now, paired, h, r, logs) = finish(&c, load, |e| e > old);
-    // The leader acks only until its last renewal (sent before the cut) + the TTL:
-    // nothing invoked later than that may complete before etcd is back.
-    let late: Vec<_> = h
-        .ops
-        .iter()
-        .filter(|o| matches!(o.result, OpResult::Ok(_)) && o.invoke_us > cut_us + 1_000_000 && o.done_us < healed_us)
-        .collect();
-    assert!(
-        late.is_empty(),
-        "{} acks past the lease with etcd cut off, e.g.:\n{}",
-        late.len(),
-        h.around(late[0].invoke_us, 5)
-    );
+    // Nothing invoked past the lease (renewed last before the cut) may complete before
+    // etcd is back.
+    assert_no_ack_past_the_lease(&h, cut_us, healed_us, "cut off");
     assert!(c.nodes[leader].log_text().contains("cannot renew the lease"), "{}", c.logs());
     assert!(h.oks_after(healed_us) > 0, "no append acknowledged after healing");
     let done = |o: &&corelog_history::Op| matches!(o.result, OpResult::Ok(_));
@@ -238,13 +250,11 @@ fn d_with_etcd_cut_from_both_nodes_acks_stop_at_the_lease_end_and_resume_after()
     let first = h.ops.iter().filter(done).map(|o| o.done_us).filter(|&t| t > healed_us).min().unwrap_or(0);
     let after = acks_by_epoch(&h, &logs, healed_us, u64::MAX);
     eprintln!(
-        "etcd isolated: last ack {} ms after the cut; first ack {} ms after healing; {} leads (epoch {old} before, acks after by epoch {after:?}), pair again {} ms after healing; window {} ms, {} ok, {} unknown",
+        "etcd isolated: last ack {} ms after the cut; first ack {} ms after healing; {} leads (epoch {old} before, acks after by epoch {after:?}), pair again {} ms after healing; {}",
         ms(last.saturating_sub(cut_us)),
         ms(first.saturating_sub(healed_us)),
         c.nodes[now].name,
         paired.as_millis(),
-        r.window.map_or(0, |w| w.len().as_millis()),
-        r.ok,
-        r.unknown
+        window(&r)
     );
 }

@@ -12,20 +12,21 @@ use corelog_client::codec::{self, decode_frame, ErrorCode, Request, Response, PR
 use corelog_client::{Client, ClientConfig, Tail};
 
 fn node(dir: &TempDir, certs: Option<&std::path::Path>, extra: &[&str]) -> Node {
-    let ports = ports();
-    let data = dir.path().join("data");
-    let args = Node::args(Mode::Standalone, &data, ports, certs, "server", extra);
-    Node::new("node", data, ports, args)
+    Node::standalone("node", &dir.path().join("data"), certs, extra)
+}
+
+/// `node`, started.
+fn started(dir: &TempDir, certs: Option<&std::path::Path>, extra: &[&str]) -> Node {
+    let mut n = node(dir, certs, extra);
+    n.start();
+    n
 }
 
 #[test]
 fn clients_without_a_valid_certificate_are_refused_and_others_keep_working() {
-    let dir = TempDir::new("mtls");
-    let certs = certs(dir.path());
-    let other = TempDir::new("mtls-other");
-    let other_certs = common::certs(other.path());
-    let mut n = node(&dir, Some(&certs), &[]);
-    n.start();
+    let (dir, certs) = dir_with_certs("mtls");
+    let (_other, other_certs) = dir_with_certs("mtls-other");
+    let mut n = started(&dir, Some(&certs), &[]);
     let rt = runtime();
     rt.block_on(async {
         let good = Client::connect(&n.addr(), &client_config(Some(&certs))).await.unwrap();
@@ -86,8 +87,7 @@ fn error_codes_until_close(mut s: TcpStream) -> Vec<u16> {
 #[test]
 fn malformed_input_gets_an_error_or_a_close_and_never_hurts_other_connections() {
     let dir = TempDir::new("malformed");
-    let mut n = node(&dir, None, &[]);
-    n.start();
+    let mut n = started(&dir, None, &[]);
     let rt = runtime();
     let good = rt.block_on(Client::connect(&n.addr(), &ClientConfig::insecure())).unwrap();
     rt.block_on(good.append(b"before")).unwrap();
@@ -153,8 +153,7 @@ fn malformed_input_gets_an_error_or_a_close_and_never_hurts_other_connections() 
 #[test]
 fn bad_idempotent_appends_get_clear_errors_and_never_hurt_other_connections() {
     let dir = TempDir::new("bad_append2");
-    let mut n = node(&dir, None, &["--shard-count", "1"]);
-    n.start();
+    let mut n = started(&dir, None, &["--shard-count", "1"]);
     let rt = runtime();
     let good = rt.block_on(Client::connect(&n.addr(), &ClientConfig::insecure())).unwrap();
     rt.block_on(good.append(b"before")).unwrap();
@@ -245,10 +244,8 @@ fn owned(r: &Response<'_>) -> Owned {
 
 #[test]
 fn a_tail_started_before_a_burst_delivers_all_of_it_in_order() {
-    let dir = TempDir::new("tail");
-    let certs = certs(dir.path());
-    let mut n = node(&dir, Some(&certs), &["--shard-count", "1"]);
-    n.start();
+    let (dir, certs) = dir_with_certs("tail");
+    let n = started(&dir, Some(&certs), &["--shard-count", "1"]);
     let cfg = client_config(Some(&certs));
     let rt = runtime();
     rt.block_on(async {
@@ -272,8 +269,7 @@ fn a_tail_started_before_a_burst_delivers_all_of_it_in_order() {
 #[test]
 fn metrics_reflect_the_appends_made() {
     let dir = TempDir::new("metrics");
-    let mut n = node(&dir, None, &[]);
-    n.start();
+    let n = started(&dir, None, &[]);
     let rt = runtime();
     let acked = Acked::default();
     assert_eq!(rt.block_on(load(&n.addr(), &ClientConfig::insecure(), 8, 125, "m", &acked)), 0);
@@ -296,8 +292,7 @@ fn metrics_reflect_the_appends_made() {
 #[test]
 fn health_answers_while_scrapers_are_stuck() {
     let dir = TempDir::new("metrics_stuck");
-    let mut n = node(&dir, None, &[]);
-    n.start();
+    let n = started(&dir, None, &[]);
     let at = ("127.0.0.1", n.ports.metrics);
     let mut stuck = Vec::new();
     for i in 0..3 {
@@ -345,10 +340,8 @@ fn health_answers_while_scrapers_are_stuck() {
 /// Real clients are served meanwhile.
 #[test]
 fn connections_that_never_finish_the_handshake_are_closed_at_the_deadline() {
-    let dir = TempDir::new("hs-deadline");
-    let certs = certs(dir.path());
-    let mut tls_node = node(&dir, Some(&certs), &["--handshake-timeout-ms", "500"]);
-    tls_node.start();
+    let (dir, certs) = dir_with_certs("hs-deadline");
+    let mut tls_node = started(&dir, Some(&certs), &["--handshake-timeout-ms", "500"]);
     let silent = raw(&tls_node);
     let mut half = raw(&tls_node);
     half.write_all(&[0x16, 0x03, 0x01, 0x02, 0x00, 0x01]).unwrap(); // a ClientHello's first bytes
@@ -366,8 +359,7 @@ fn connections_that_never_finish_the_handshake_are_closed_at_the_deadline() {
     tls_node.kill9();
 
     let dir2 = TempDir::new("hs-deadline-plain");
-    let mut plain = node(&dir2, None, &["--handshake-timeout-ms", "500"]);
-    plain.start();
+    let plain = started(&dir2, None, &["--handshake-timeout-ms", "500"]);
     let codes = error_codes_until_close(raw(&plain));
     assert_eq!(codes, vec![ErrorCode::BadHandshake as u16]);
     assert!(plain.metric_sum("corelog_handshake_timeouts_total") >= 1.0);
@@ -378,8 +370,7 @@ fn connections_that_never_finish_the_handshake_are_closed_at_the_deadline() {
 #[test]
 fn a_frame_above_the_largest_request_is_refused_unread() {
     let dir = TempDir::new("req-limit");
-    let mut n = node(&dir, None, &[]);
-    n.start();
+    let n = started(&dir, None, &[]);
     let mut s = raw(&n);
     let mut f = hello();
     f.extend_from_slice(&((codec::MAX_REQUEST_FRAME - 4 + 1) as u32).to_le_bytes());
@@ -394,8 +385,7 @@ fn a_frame_above_the_largest_request_is_refused_unread() {
 #[test]
 fn a_byte_after_a_tail_is_answered_unexpected() {
     let dir = TempDir::new("tail-unexpected");
-    let mut n = node(&dir, None, &["--shard-count", "1"]);
-    n.start();
+    let n = started(&dir, None, &["--shard-count", "1"]);
     let mut s = raw(&n);
     let mut f = hello();
     Request::Tail { shard: 0, from: 0 }.encode(2, &mut f);
@@ -413,10 +403,8 @@ fn a_byte_after_a_tail_is_answered_unexpected() {
 /// is served afterwards; the process never runs out of descriptors.
 #[test]
 fn silent_connections_beyond_the_cap_are_refused_and_real_clients_are_served_after() {
-    let dir = TempDir::new("conn-cap");
-    let certs = certs(dir.path());
-    let mut n = node(&dir, Some(&certs), &["--max-connections", "20", "--handshake-timeout-ms", "2000"]);
-    n.start();
+    let (dir, certs) = dir_with_certs("conn-cap");
+    let n = started(&dir, Some(&certs), &["--max-connections", "20", "--handshake-timeout-ms", "2000"]);
     let silent: Vec<TcpStream> = (0..30).map(|_| raw(&n)).collect();
     for mut s in silent {
         let mut buf = Vec::new();
@@ -434,8 +422,7 @@ fn silent_connections_beyond_the_cap_are_refused_and_real_clients_are_served_aft
 /// (which requires the Authority Key Identifier) and both key identifiers are present.
 #[test]
 fn generated_certificates_pass_a_strict_rfc5280_verification() {
-    let dir = TempDir::new("certs-strict");
-    let certs = certs(dir.path());
+    let (_dir, certs) = dir_with_certs("certs-strict");
     if std::process::Command::new("openssl").arg("version").output().is_err() {
         skip("generated_certificates_pass_a_strict_rfc5280_verification", "no openssl binary");
         return;
@@ -482,8 +469,7 @@ fn server_log_lines_carry_a_timestamp_and_a_level() {
     for json in [false, true] {
         let dir = TempDir::new(if json { "log_json" } else { "log_text" });
         let extra: &[&str] = if json { &["--log-format", "json"] } else { &[] };
-        let mut n = node(&dir, None, extra);
-        n.start();
+        let mut n = started(&dir, None, extra);
         common::pair::wait_log(&n, "ready: role");
         n.kill9();
         let text = n.log_text();

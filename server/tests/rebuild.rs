@@ -16,8 +16,9 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::coord::{cluster, run_for};
-use common::pair::{assert_same_logs, pair, promoted, wait_caught_up, wait_log};
+use common::coord::run_for;
+use common::coord_run::cluster_under_load;
+use common::pair::{promoted, wait_caught_up, wait_log};
 use common::*;
 use corelog_client::ClientConfig;
 
@@ -25,11 +26,11 @@ const RATE_MB: f64 = 2.0;
 
 #[test]
 fn an_empty_follower_is_rebuilt_from_the_leader_paced_reported_and_resumed() {
-    let dir = TempDir::new("rebuild");
     let rate = RATE_MB.to_string();
-    let mut p = pair(&dir, None, &["--shard-count", "2", "--repl-memory-bytes", "65536", "--catch-up-mb-per-s", &rate]);
-    p.follower.start();
-    p.leader.start();
+    let (_dir, mut p) = started_pair_in(
+        "rebuild",
+        &["--shard-count", "2", "--repl-memory-bytes", "65536", "--catch-up-mb-per-s", &rate],
+    );
     let rt = runtime();
     let cfg = ClientConfig::insecure();
     let acked = Acked::default();
@@ -108,9 +109,7 @@ fn an_empty_follower_is_rebuilt_from_the_leader_paced_reported_and_resumed() {
 
     let shards: Vec<_> = (0..2).map(|s| rt.block_on(read_all(&p.follower.addr(), &cfg, s))).collect();
     verify_acked(&acked, &shards);
-    p.leader.kill9();
-    p.follower.kill9();
-    assert_same_logs(&p.leader.data, &p.follower.data);
+    p.kill_and_compare();
 }
 
 /// Retention has deleted the leader's first segments: a follower started empty is seeded
@@ -126,9 +125,7 @@ fn an_empty_follower_of_a_trimmed_leader_is_seeded_with_its_snapshot_and_caught_
     let dir = TempDir::new("rebuild_seed");
     let rate = RATE_MB.to_string();
     let extra = ["--shard-count", "1", "--repl-memory-bytes", "65536", "--catch-up-mb-per-s", &rate];
-    let mut p = pair(&dir, None, &extra);
-    p.follower.start();
-    p.leader.start();
+    let mut p = started_pair(&dir, None, &extra);
     let rt = runtime();
     let cfg = ClientConfig::insecure();
     let addr = p.leader.addr();
@@ -171,9 +168,7 @@ fn an_empty_follower_of_a_trimmed_leader_is_seeded_with_its_snapshot_and_caught_
         checked += 1;
     }
     assert!(checked > 1000, "only {checked} acknowledged records above the trim");
-    p.leader.kill9();
-    p.follower.kill9();
-    assert_same_logs(&p.leader.data, &p.follower.data);
+    p.kill_and_compare();
 
     // The seeded node takes over: the trimmed streams go on at version 1.
     let mut q = promoted(&p, &extra);
@@ -188,19 +183,16 @@ fn an_empty_follower_of_a_trimmed_leader_is_seeded_with_its_snapshot_and_caught_
 
 #[test]
 fn coordinator_mode_a_follower_that_lost_its_disk_is_rebuilt_while_the_leader_acknowledges_alone() {
-    let Some(mut c) = cluster("rebuild_coord") else { return };
-    let leader = c.wait_pair(Duration::from_secs(60));
-    let follower = 1 - leader;
-    let load = c.load("r");
-    run_for(&load, Duration::from_secs(1), 2_000, "before the disk is lost");
+    let Some((mut c, leader, follower, load)) =
+        cluster_under_load("rebuild_coord", "r", 2_000, "before the disk is lost")
+    else {
+        return;
+    };
     c.nodes[follower].kill9();
     std::fs::remove_dir_all(&c.nodes[follower].data).unwrap();
     c.wait_metric(leader, "corelog_degraded", Duration::from_secs(15), |v| v == 1.0);
     run_for(&load, Duration::ZERO, 500, "acknowledged alone while the follower is gone");
-    c.nodes[follower].spawn();
-    c.wait_metric(leader, "corelog_insync_replicas", Duration::from_secs(60), |v| v == 2.0);
-    c.wait_metric(leader, "corelog_degraded", Duration::from_secs(5), |v| v == 0.0);
-    assert_eq!(c.wait_pair(Duration::from_secs(10)), leader, "the leader changed");
+    c.rejoin(leader, follower);
     run_for(&load, Duration::ZERO, 200, "after the rebuild");
     let h = load.finish();
     let r = c.verify(leader, &h);

@@ -106,24 +106,11 @@ async fn connection(
 }
 
 fn pair(dir: &TempDir) -> (Node, Node) {
-    let (lp, fp) = (ports(), ports());
-    let (ld, fd) = (dir.path().join("leader"), dir.path().join("follower"));
     // A small in-memory ring (256 KiB): a follower that fell behind is caught up from the
     // segments as often as from memory, so both paths run under the faults.
     let extra = ["--shard-count", "2", "--ack-timeout-ms", "3000", "--repl-memory-bytes", "262144"];
-    let l = Node::new(
-        "leader",
-        ld.clone(),
-        lp,
-        Node::args(Mode::Leader { follower_repl: fp.repl }, &ld, lp, None, "", &extra),
-    );
-    let f = Node::new(
-        "follower",
-        fd.clone(),
-        fp,
-        Node::args(Mode::Follower { leader_client: lp.client }, &fd, fp, None, "", &extra),
-    );
-    (l, f)
+    let p = common::pair::pair(dir, None, &extra);
+    (p.leader, p.follower)
 }
 
 fn ms(rng: &mut impl Rng, lo: u64, hi: u64) -> Duration {
@@ -299,27 +286,15 @@ fn run(kills: usize) {
     promote(&follower.data, None);
     let (lp, fp) = (leader.ports, follower.ports);
     let extra = ["--shard-count", "2"];
-    let fd = follower.data.clone();
-    let mut promoted = Node::new(
-        "promoted",
-        fd.clone(),
-        fp,
-        Node::args(Mode::Leader { follower_repl: lp.repl }, &fd, fp, None, "", &extra),
-    );
-    promoted.start();
+    let lead = Mode::Leader { follower_repl: lp.repl };
+    let mut promoted = Node::serving("promoted", lead, &follower.data, fp, &extra).started();
     let shards: Vec<_> = (0..SHARDS).map(|s| rt.block_on(read_all(&promoted.addr(), &cfg, s))).collect();
     check_history(&h, &shards);
 
     // The old leader returns as the promoted node's follower: it cuts what it alone had
     // and both logs end byte-identical.
-    let ld = leader.data.clone();
-    let mut rejoined = Node::new(
-        "old-leader-as-follower",
-        ld.clone(),
-        lp,
-        Node::args(Mode::Follower { leader_client: fp.client }, &ld, lp, None, "", &extra),
-    );
-    rejoined.start();
+    let follow = Mode::Follower { leader_client: fp.client };
+    let mut rejoined = Node::serving("old-leader-as-follower", follow, &leader.data, lp, &extra).started();
     // It joins (each shard's epoch accepted) and catches up before the new load, so
     // that the load's acknowledgements do not wait for a long catch-up.
     let caught_up = |p: &Node, r: &Node| {

@@ -6,15 +6,12 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use corelog_client::{Client, Error, ErrorCode, Position};
+use corelog_client::{Client, ClientConfig, Error, ErrorCode, Position};
 
 #[test]
 fn every_acked_write_is_on_both_disks_byte_identical() {
-    let dir = TempDir::new("repl-both");
-    let certs = certs(dir.path());
-    let mut p = pair(&dir, Some(&certs), &[]);
-    p.follower.start();
-    p.leader.start();
+    let (dir, certs) = dir_with_certs("repl-both");
+    let p = started_pair(&dir, Some(&certs), &[]);
     let cfg = client_config(Some(&certs));
     let rt = runtime();
     let acked = Acked::default();
@@ -27,24 +24,33 @@ fn every_acked_write_is_on_both_disks_byte_identical() {
         .block_on(async { Client::connect(&p.follower.addr(), &cfg).await.unwrap().append(b"via follower").await })
         .unwrap();
     acked.lock().unwrap().insert(pos, b"via follower".to_vec());
-    wait_caught_up(&p, Duration::from_secs(10));
-    p.leader.kill9();
-    p.follower.kill9();
-    let s = assert_same_logs(&p.leader.data, &p.follower.data);
+    let s = p.caught_up_and_compared(Duration::from_secs(10));
     let records: u64 = s.iter().map(|x| x.0).sum();
     assert_eq!(records as usize, acked.lock().unwrap().len(), "records on disk == acked appends");
 }
 
+/// A started pair whose acknowledgements time out after 2 s, under a background load
+/// (`load_until`) that has had `acks` appends acknowledged.
+struct Loaded {
+    dir: TempDir,
+    p: Pair,
+    cfg: ClientConfig,
+    rt: tokio::runtime::Runtime,
+    acked: Acked,
+    loader: tokio::task::JoinHandle<usize>,
+}
+
+/// `Loaded`, in a fresh directory `name`, the load's appends tagged `tag`.
+fn loaded(name: &str, tag: &str, acks: usize) -> Loaded {
+    let (dir, p) = started_pair_in(name, &["--ack-timeout-ms", "2000"]);
+    let (cfg, rt, acked) = (client_config(None), runtime(), Acked::default());
+    let loader = load_until(&rt, &p.leader.addr(), &cfg, tag, &acked, acks);
+    Loaded { dir, p, cfg, rt, acked, loader }
+}
+
 #[test]
 fn follower_kill9_stops_acks_until_it_is_back_and_caught_up() {
-    let dir = TempDir::new("repl-fkill");
-    let mut p = pair(&dir, None, &["--ack-timeout-ms", "2000"]);
-    p.follower.start();
-    p.leader.start();
-    let cfg = client_config(None);
-    let rt = runtime();
-    let acked = Acked::default();
-    let loader = load_until(&rt, &p.leader.addr(), &cfg, "f", &acked, 2000);
+    let Loaded { dir: _dir, mut p, cfg, rt, acked, loader } = loaded("repl-fkill", "f", 2000);
     p.follower.kill9();
     // The follower's log as it died. An append is acknowledged only once the follower
     // has it, so nothing at or past that end may be acknowledged while it is down (acks
@@ -68,21 +74,12 @@ fn follower_kill9_stops_acks_until_it_is_back_and_caught_up() {
     let fshards: Vec<_> = (0..2).map(|s| rt.block_on(read_all(&p.follower.addr(), &cfg, s))).collect();
     verify_acked(&acked, &lshards);
     verify_acked(&acked, &fshards);
-    p.leader.kill9();
-    p.follower.kill9();
-    assert_same_logs(&p.leader.data, &p.follower.data);
+    p.kill_and_compare();
 }
 
 #[test]
 fn leader_kill9_promote_follower_old_leader_is_fenced_then_rejoins() {
-    let dir = TempDir::new("repl-failover");
-    let mut p = pair(&dir, None, &["--ack-timeout-ms", "2000"]);
-    p.follower.start();
-    p.leader.start();
-    let cfg = client_config(None);
-    let rt = runtime();
-    let acked = Acked::default();
-    let loader = load_until(&rt, &p.leader.addr(), &cfg, "a", &acked, 3000);
+    let Loaded { dir: _dir, mut p, cfg, rt, acked, loader } = loaded("repl-failover", "a", 3000);
     p.leader.kill9();
     rt.block_on(loader).unwrap();
     // Promote the follower (offline) and restart it as leader, pointing at the old one.
@@ -91,19 +88,8 @@ fn leader_kill9_promote_follower_old_leader_is_fenced_then_rejoins() {
     // The leader's start made epoch 2 (accepted by the follower); promotion makes 3.
     assert!(out.contains("epoch 3"), "{out}");
     let (old, new) = (p.leader.ports, p.follower.ports);
-    let mut new_leader = Node::new(
-        "new-leader",
-        p.follower.data.clone(),
-        new,
-        Node::args(
-            Mode::Leader { follower_repl: old.repl },
-            &p.follower.data,
-            new,
-            None,
-            "",
-            &["--ack-timeout-ms", "2000"],
-        ),
-    );
+    let lead_old = Mode::Leader { follower_repl: old.repl };
+    let mut new_leader = Node::serving("new-leader", lead_old, &p.follower.data, new, &["--ack-timeout-ms", "2000"]);
     new_leader.start();
     // Every acked write is readable from the new leader.
     let shards: Vec<_> = (0..2).map(|s| rt.block_on(read_all(&new_leader.addr(), &cfg, s))).collect();
@@ -126,24 +112,17 @@ fn leader_kill9_promote_follower_old_leader_is_fenced_then_rejoins() {
     assert!(p.leader.log_text().contains("FENCED"));
     // Restart it as a follower of the new leader: it truncates and catches up.
     p.leader.kill9();
-    let mut old_follower = Node::new(
-        "old-as-follower",
-        p.leader.data.clone(),
-        old,
-        Node::args(Mode::Follower { leader_client: new.client }, &p.leader.data, old, None, "", &[]),
-    );
+    let follow_new = Mode::Follower { leader_client: new.client };
+    let mut old_follower = Node::serving("old-as-follower", follow_new, &p.leader.data, old, &[]);
     old_follower.start();
     let acked_new = Acked::default();
     assert_eq!(rt.block_on(load(&new_leader.addr(), &cfg, 10, 100, "b", &acked_new)), 0);
-    let pr = Pair { leader: new_leader, follower: old_follower };
+    let mut pr = Pair { leader: new_leader, follower: old_follower };
     wait_caught_up(&pr, Duration::from_secs(20));
     let fshards: Vec<_> = (0..2).map(|s| rt.block_on(read_all(&pr.follower.addr(), &cfg, s))).collect();
     verify_acked(&acked, &fshards);
     verify_acked(&acked_new, &fshards);
-    let Pair { mut leader, mut follower } = pr;
-    leader.kill9();
-    follower.kill9();
-    assert_same_logs(&leader.data, &follower.data);
+    pr.kill_and_compare();
     drop(p);
 }
 
@@ -153,19 +132,8 @@ fn a_one_gigabyte_backlog_is_caught_up_and_logs_end_identical() {
     let dir = TempDir::new("repl-backlog");
     let mut p = pair(&dir, None, &["--segment-bytes", &(256u64 << 20).to_string()]);
     // Build the backlog: the leader's data dir written as standalone (no follower).
-    let mut solo = Node::new(
-        "solo",
-        p.leader.data.clone(),
-        p.leader.ports,
-        Node::args(
-            Mode::Standalone,
-            &p.leader.data,
-            p.leader.ports,
-            None,
-            "",
-            &["--segment-bytes", &(256u64 << 20).to_string()],
-        ),
-    );
+    let segment_bytes = ["--segment-bytes", &(256u64 << 20).to_string()];
+    let mut solo = Node::serving("solo", Mode::Standalone, &p.leader.data, p.leader.ports, &segment_bytes);
     solo.start();
     let rt = runtime();
     let payload = vec![0x42u8; 60 * 1024];
@@ -195,44 +163,16 @@ fn a_one_gigabyte_backlog_is_caught_up_and_logs_end_identical() {
     eprintln!("backlog: caught up in {:?}", t.elapsed());
     p.leader.kill9();
     p.follower.kill9();
-    let s = assert_same_logs(&p.leader.data, &p.follower.data);
+    let s = p.kill_and_compare();
     assert_eq!(s.iter().map(|x| x.0).sum::<u64>(), 8 * per_conn);
 }
 
 #[test]
 fn replication_links_with_a_wrong_certificate_shard_count_or_lower_epoch_are_refused() {
-    let dir = TempDir::new("repl-refuse");
-    let certs = certs(dir.path());
-    let other = TempDir::new("repl-refuse-other");
-    let other_certs = common::certs(other.path());
+    let (dir, certs) = dir_with_certs("repl-refuse");
+    let (_other, other_certs) = dir_with_certs("repl-refuse-other");
     // Wrong certificate: the leader presents a certificate from another CA.
-    let (lp, fp) = (ports(), ports());
-    let mut f = Node::new(
-        "f",
-        dir.path().join("f1"),
-        fp,
-        Node::args(
-            Mode::Follower { leader_client: lp.client },
-            &dir.path().join("f1"),
-            fp,
-            Some(&certs),
-            "follower",
-            &[],
-        ),
-    );
-    let mut l = Node::new(
-        "l",
-        dir.path().join("l1"),
-        lp,
-        Node::args(
-            Mode::Leader { follower_repl: fp.repl },
-            &dir.path().join("l1"),
-            lp,
-            Some(&other_certs),
-            "server",
-            &[],
-        ),
-    );
+    let (mut l, mut f) = link(&dir, "1", (Some(&other_certs), &[]), (Some(&certs), &[]));
     f.start();
     l.start();
     wait_log(&f, "TLS handshake failed");
@@ -240,33 +180,7 @@ fn replication_links_with_a_wrong_certificate_shard_count_or_lower_epoch_are_ref
     l.kill9();
     f.kill9();
     // Different shard count.
-    let (lp, fp) = (ports(), ports());
-    let mut f = Node::new(
-        "f",
-        dir.path().join("f2"),
-        fp,
-        Node::args(
-            Mode::Follower { leader_client: lp.client },
-            &dir.path().join("f2"),
-            fp,
-            None,
-            "",
-            &["--shard-count", "1"],
-        ),
-    );
-    let mut l = Node::new(
-        "l",
-        dir.path().join("l2"),
-        lp,
-        Node::args(
-            Mode::Leader { follower_repl: fp.repl },
-            &dir.path().join("l2"),
-            lp,
-            None,
-            "",
-            &["--shard-count", "2"],
-        ),
-    );
+    let (mut l, mut f) = link(&dir, "2", (None, &["--shard-count", "2"]), (None, &["--shard-count", "1"]));
     f.start();
     l.start();
     wait_log(&f, "does not match ours");
@@ -275,30 +189,33 @@ fn replication_links_with_a_wrong_certificate_shard_count_or_lower_epoch_are_ref
     f.kill9();
     // Lower epoch: the follower has been promoted twice (epoch 3); the leader starts at
     // epoch 2 (its first start bumps the initial 1).
-    let (lp, fp) = (ports(), ports());
-    let fdata = dir.path().join("f3");
-    let mut f = Node::new(
-        "f",
-        fdata.clone(),
-        fp,
-        Node::args(Mode::Follower { leader_client: lp.client }, &fdata, fp, None, "", &[]),
-    );
+    let (mut l, mut f) = link(&dir, "3", (None, &[]), (None, &[]));
     f.start();
     f.kill9();
     for _ in 0..2 {
-        promote(&fdata, None);
+        promote(&f.data, None);
     }
     f.start();
-    let mut l = Node::new(
-        "l",
-        dir.path().join("l3"),
-        lp,
-        Node::args(Mode::Leader { follower_repl: fp.repl }, &dir.path().join("l3"), lp, None, "", &[]),
-    );
     l.start();
     wait_log(&f, "stale epoch 2");
     wait_log(&l, "FENCED");
 }
+
+/// A leader "l" (data `l{n}`) and its follower "f" (data `f{n}`) in `dir`, not started,
+/// each with its own certificates (`server`, `follower`) and flags.
+fn link(dir: &TempDir, n: &str, (lcerts, lextra): Side, (fcerts, fextra): Side) -> (Node, Node) {
+    let (lp, fp) = (ports(), ports());
+    let (ld, fd) = (dir.path().join(format!("l{n}")), dir.path().join(format!("f{n}")));
+    let lead = Mode::Leader { follower_repl: fp.repl };
+    let follow = Mode::Follower { leader_client: lp.client };
+    (
+        Node::new("l", ld.clone(), lp, Node::args(lead, &ld, lp, lcerts, "server", lextra)),
+        Node::new("f", fd.clone(), fp, Node::args(follow, &fd, fp, fcerts, "follower", fextra)),
+    )
+}
+
+/// A node's certificates (if any) and flags.
+type Side<'a> = (Option<&'a std::path::Path>, &'a [&'a str]);
 
 /// Appends on `n` without waiting for acknowledgements that cannot come (no follower):
 /// the records become durable locally, the clients get ReplicationTimeout.
@@ -322,18 +239,9 @@ fn write_unacked(n: &Node, count: usize) {
 fn a_follower_with_records_from_an_epoch_the_leader_never_saw_is_cut_back() {
     let dir = TempDir::new("repl-diverge");
     let fast = ["--ack-timeout-ms", "300", "--shard-count", "1"];
-    let (pa, pb) = (ports(), ports());
-    let (da, db) = (dir.path().join("a"), dir.path().join("b"));
-    let mut a =
-        Node::new("a", da.clone(), pa, Node::args(Mode::Leader { follower_repl: pb.repl }, &da, pa, None, "", &fast));
-    let mut b = Node::new(
-        "b",
-        db.clone(),
-        pb,
-        Node::args(Mode::Follower { leader_client: pa.client }, &db, pb, None, "", &fast),
-    );
-    b.start();
-    a.start();
+    let Pair { leader: mut a, follower: mut b } = started_pair(&dir, None, &fast);
+    let ((pa, da), (pb, db)) = ((a.ports, a.data.clone()), (b.ports, b.data.clone()));
+    let (lead_a, follow_a) = (Mode::Leader { follower_repl: pb.repl }, Mode::Follower { leader_client: pa.client });
     let rt = runtime();
     let acked = Acked::default();
     assert_eq!(rt.block_on(load(&a.addr(), &client_config(None), 4, 25, "common", &acked)), 0);
@@ -345,36 +253,23 @@ fn a_follower_with_records_from_an_epoch_the_leader_never_saw_is_cut_back() {
     // records at epoch 3 that A never sees. (As a replicated leader it could not: it
     // writes nothing before its follower has accepted its epoch.)
     promote(&db, None);
-    let mut b_alone = Node::new("b-alone", db.clone(), pb, Node::args(Mode::Standalone, &db, pb, None, "", &fast));
+    let mut b_alone = Node::serving("b-alone", Mode::Standalone, &db, pb, &fast);
     b_alone.start();
     assert_eq!(rt.block_on(load(&b_alone.addr(), &client_config(None), 1, 7, "b-only", &Acked::default())), 0);
     b_alone.kill9();
     // A is promoted above every epoch used (4) and leads; B rejoins as its follower.
     promote(&da, Some("4"));
-    let mut a_lead = Node::new(
-        "a-lead",
-        da.clone(),
-        pa,
-        Node::args(Mode::Leader { follower_repl: pb.repl }, &da, pa, None, "", &fast),
-    );
-    let mut b_follow = Node::new(
-        "b-follow",
-        db.clone(),
-        pb,
-        Node::args(Mode::Follower { leader_client: pa.client }, &db, pb, None, "", &fast),
-    );
+    let mut a_lead = Node::serving("a-lead", lead_a, &da, pa, &fast);
+    let mut b_follow = Node::serving("b-follow", follow_a, &db, pb, &fast);
     b_follow.start();
     a_lead.start();
     assert_eq!(rt.block_on(load(&a_lead.addr(), &client_config(None), 2, 10, "after", &acked)), 0);
-    let p = Pair { leader: a_lead, follower: b_follow };
+    let mut p = Pair { leader: a_lead, follower: b_follow };
     wait_caught_up(&p, Duration::from_secs(20));
-    let Pair { mut leader, mut follower } = p;
-    leader.kill9();
-    follower.kill9();
-    let s = assert_same_logs(&leader.data, &follower.data);
+    let s = p.kill_and_compare();
     // 100 common + 10 of A's epoch 2 + 20 at epoch 5; B's 7 epoch-3 records are gone.
     assert_eq!(s[0].0, 130, "{s:?}");
-    assert!(follower.log_text().contains("dropped records"), "{}", follower.log_text());
+    assert!(p.follower.log_text().contains("dropped records"), "{}", p.follower.log_text());
     drop((a, b));
 }
 
@@ -386,9 +281,7 @@ fn a_follower_with_records_from_an_epoch_the_leader_never_saw_is_cut_back() {
 fn a_frozen_peer_is_detected_within_the_replication_timeout() {
     let dir = TempDir::new("repl-liveness");
     let fast = ["--repl-timeout-ms", "1000", "--handshake-timeout-ms", "1000", "--shard-count", "1"];
-    let mut p = pair(&dir, None, &fast);
-    p.follower.start();
-    p.leader.start();
+    let p = started_pair(&dir, None, &fast);
     let rt = runtime();
     let cfg = client_config(None);
     let acked = Acked::default();

@@ -19,7 +19,7 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::pair::{pair, wait_caught_up, Pair};
+use common::pair::{wait_caught_up, Pair};
 use common::*;
 use corelog_client::{Client, ClientConfig, Error, Expect, Position, Record};
 
@@ -152,11 +152,8 @@ fn assert_inspect_trimmed(data: &std::path::Path) {
 
 #[test]
 fn retention_deletes_segments_on_both_nodes_under_load_and_restarts_recover() {
-    let dir = TempDir::new("retention-load");
     let retain = (3 * SEGMENT).to_string();
-    let mut p = pair(&dir, None, &["--shard-count", "2", "--retain-bytes", &retain]);
-    p.follower.start();
-    p.leader.start();
+    let (_dir, mut p) = started_pair_in("retention-load", &["--shard-count", "2", "--retain-bytes", &retain]);
     let rt = runtime();
     let told: Told = Default::default();
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -251,10 +248,7 @@ fn fill(rt: &tokio::runtime::Runtime, addr: &str, n: usize) -> Vec<Position> {
 
 #[test]
 fn admin_trim_keeps_what_the_follower_needs_and_answers_out_of_range() {
-    let dir = TempDir::new("retention-admin");
-    let mut p = pair(&dir, None, &["--shard-count", "2"]);
-    p.follower.start();
-    p.leader.start();
+    let (_dir, mut p) = started_pair_in("retention-admin", &["--shard-count", "2"]);
     let rt = runtime();
     let (l, f) = (p.leader.addr(), p.follower.addr());
     // An idempotent append to shard 0 (its direct port), answered again after its

@@ -84,11 +84,8 @@ fn last_start(node: &Node) -> String {
 #[test]
 fn a_flipped_byte_in_a_sealed_segment_is_found_by_the_scrubber_not_by_a_start_and_never_served() {
     let dir = TempDir::new("scrub-damage");
-    let p = ports();
     let data = dir.path().join("data");
-    let args = Node::args(Mode::Standalone, &data, p, None, "", &SCRUB_ARGS);
-    let mut node = Node::new("standalone", data.clone(), p, args);
-    node.start();
+    let mut node = Node::standalone("standalone", &data, None, &SCRUB_ARGS).started();
     // Segments at offsets 0, 64, 128 (sealed) and 192 (being written).
     let n = 200;
     write(&node.addr(), n);
@@ -181,11 +178,8 @@ fn a_flipped_byte_in_a_sealed_segment_is_found_by_the_scrubber_not_by_a_start_an
 #[test]
 fn a_sound_log_is_scrubbed_round_and_round_and_found_whole() {
     let dir = TempDir::new("scrub-sound");
-    let p = ports();
     let data = dir.path().join("data");
-    let args = Node::args(Mode::Standalone, &data, p, None, "", &SCRUB_ARGS);
-    let mut node = Node::new("standalone", data.clone(), p, args);
-    node.start();
+    let node = Node::standalone("standalone", &data, None, &SCRUB_ARGS).started();
     write(&node.addr(), 150); // segments at 0, 64 (sealed) and 128
     wait_sealed(&node, &data, &[0, 64]);
     // A pass under way now may have begun before both segments were sealed; the two

@@ -12,16 +12,13 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::pair::{pair, wait_caught_up, wait_log};
+use common::pair::{wait_caught_up, wait_log};
 use common::*;
 use corelog_client::{Client, ClientConfig};
 
 #[test]
 fn sigterm_under_load_answers_what_was_taken_and_exits_0() {
-    let dir = TempDir::new("shutdown-load");
-    let mut p = pair(&dir, None, &["--shard-count", "2"]);
-    p.follower.start();
-    p.leader.start();
+    let (_dir, mut p) = started_pair_in("shutdown-load", &["--shard-count", "2"]);
     let rt = runtime();
     let cfg = ClientConfig::insecure();
     let acked: Acked = Default::default();
@@ -124,10 +121,7 @@ fn stuck_appends(rt: &tokio::runtime::Runtime, l: &Node) -> tokio::task::JoinHan
 
 #[test]
 fn a_second_signal_or_the_deadline_exits_at_once() {
-    let dir = TempDir::new("shutdown-stuck");
-    let mut p = pair(&dir, None, &["--shard-count", "1", "--ack-timeout-ms", "60000"]);
-    p.follower.start();
-    p.leader.start();
+    let (_dir, mut p) = started_pair_in("shutdown-stuck", &["--shard-count", "1", "--ack-timeout-ms", "60000"]);
     let rt = runtime();
     answered_once(&rt, &p.leader);
     signal(&p.follower, libc::SIGSTOP);

@@ -54,8 +54,7 @@ fn concurrent_connections(addr: &str, certs: &std::path::Path, n: usize) -> usiz
 }
 
 fn serves_500_connections_under(soft: u32, hard: Option<u32>, expect_warn: bool) {
-    let dir = TempDir::new("ulimit");
-    let certs = certs(dir.path());
+    let (dir, certs) = dir_with_certs("ulimit");
     let mut p = pair(&dir, Some(&certs), &["--shard-count", "2"]);
     for n in [&mut p.leader, &mut p.follower] {
         n.wrap = under_ulimit(soft, hard);
@@ -113,11 +112,8 @@ fn fill_shard(addr: &str, cfg: &corelog_client::ClientConfig, shard: u16, n: usi
 #[test]
 fn once_the_client_port_accepts_every_shard_answers_at_once_after_a_restart() {
     let dir = TempDir::new("ready");
-    let ports = ports();
     let data = dir.path().join("node");
-    let args = Node::args(Mode::Standalone, &data, ports, None, "", &["--shard-count", "2"]);
-    let mut n = Node::new("node", data, ports, args);
-    n.start();
+    let mut n = Node::standalone("node", &data, None, &["--shard-count", "2"]).started();
     let cfg = client_config(None);
     fill_shard(&n.addr(), &cfg, 0, 60_000, 2_000);
     fill_shard(&n.addr(), &cfg, 1, 10, 10);
@@ -155,11 +151,8 @@ fn once_the_client_port_accepts_every_shard_answers_at_once_after_a_restart() {
 #[test]
 fn append_dash_answers_while_stdin_is_open_and_keeps_input_order() {
     let dir = TempDir::new("append-dash");
-    let ports = ports();
     let data = dir.path().join("node");
-    let args = Node::args(Mode::Standalone, &data, ports, None, "", &["--shard-count", "1"]);
-    let mut n = Node::new("node", data, ports, args);
-    n.start();
+    let n = Node::standalone("node", &data, None, &["--shard-count", "1"]).started();
     let mut child = Command::new(BIN)
         .args(["append", "--insecure", "--addr", &n.addr(), "-"])
         .stdin(Stdio::piped())
@@ -257,11 +250,8 @@ fn compare_with_an_empty_copy_says_nothing_is_in_common() {
 /// counts the refusal. The pair itself still replicates.
 #[test]
 fn a_client_certificate_cannot_open_a_replication_link() {
-    let dir = TempDir::new("repl-peer");
-    let certs = certs(dir.path());
-    let mut p = pair(&dir, Some(&certs), &["--shard-count", "1"]);
-    p.follower.start();
-    p.leader.start();
+    let (dir, certs) = dir_with_certs("repl-peer");
+    let p = started_pair(&dir, Some(&certs), &["--shard-count", "1"]);
     let cfg = client_config(Some(&certs));
     let acked = Acked::default();
     assert_eq!(runtime().block_on(load(&p.leader.addr(), &cfg, 2, 5, "pair", &acked)), 0, "the pair replicates");
@@ -301,8 +291,7 @@ fn a_client_certificate_cannot_open_a_replication_link() {
 /// the leader requires gets no link (and no append is acknowledged through it).
 #[test]
 fn a_leader_refuses_a_follower_without_the_peer_name() {
-    let dir = TempDir::new("repl-peer-leader");
-    let certs = certs(dir.path());
+    let (dir, certs) = dir_with_certs("repl-peer-leader");
     let mut p = pair(&dir, Some(&certs), &["--shard-count", "1"]);
     p.leader.args.extend(["--repl-peer-name".into(), "elsewhere.example".into()]);
     p.follower.start();
@@ -321,34 +310,16 @@ fn a_leader_refuses_a_follower_without_the_peer_name() {
 /// README's "Using it" section, checked one by one (`tests/vm/stock.sh`).
 #[test]
 fn readme_commands_in_a_stock_vm() {
-    if std::env::var("CORELOG_SKIP_VM").is_ok_and(|v| v == "1") {
-        skip("readme_commands_in_a_stock_vm", "CORELOG_SKIP_VM=1");
+    if !vm::vm_wanted("readme_commands_in_a_stock_vm") {
         return;
     }
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf();
     let loadgen = std::path::Path::new(BIN).with_file_name("corelog-loadgen");
     assert!(loadgen.exists(), "{} is not built (cargo build --release --workspace)", loadgen.display());
-    let t0 = Instant::now();
-    let out = Command::new("bash")
-        .arg(root.join("infra/vm/run-in-vm.sh"))
-        .args(["-s", "3072", "-t", "420", "--mem", "2048"])
+    let mut cmd = vm::vm_command();
+    cmd.args(["-s", "3072", "-t", "420", "--mem", "2048"])
         .arg("-f")
         .arg(format!("{BIN}:/usr/local/bin/corelog"))
         .arg("-f")
-        .arg(format!("{}:/usr/local/bin/corelog-loadgen", loadgen.display()))
-        .arg(root.join("server/tests/vm/stock.sh"))
-        .current_dir(&root)
-        .output()
-        .expect("run infra/vm/run-in-vm.sh");
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    let code = out.status.code().unwrap_or(-1);
-    if code == 77 {
-        let why = text.lines().find(|l| l.starts_with("SKIP")).unwrap_or("qemu or the Debian kernel is missing");
-        skip("readme_commands_in_a_stock_vm", why);
-        return;
-    }
-    assert!(code == 0, "VM test failed with exit code {code} after {:?}:\n{text}", t0.elapsed());
-    assert!(text.contains("stock-vm: PASS"), "no PASS line:\n{text}");
-    let summary: Vec<&str> = text.lines().filter(|l| l.starts_with("stock-vm:")).collect();
-    eprintln!("readme_commands_in_a_stock_vm passed in {:.1} s:\n{}", t0.elapsed().as_secs_f64(), summary.join("\n"));
+        .arg(format!("{}:/usr/local/bin/corelog-loadgen", loadgen.display()));
+    vm::run_vm_script("readme_commands_in_a_stock_vm", cmd, "stock.sh", "stock-vm", |_| false);
 }

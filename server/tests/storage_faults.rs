@@ -104,11 +104,8 @@ fn admin_accept_loss(data: &Path) -> (bool, String) {
 fn damage_to_the_last_acknowledged_batch_is_refused_never_cut_silently() {
     for how in [Harm::RecordBit, Harm::HeaderCount, Harm::Cut] {
         let dir = TempDir::new("damage-solo");
-        let p = ports();
         let data = dir.path().join("data");
-        let args = Node::args(Mode::Standalone, &data, p, None, "", &["--shard-count", "1"]);
-        let mut node = Node::new("standalone", data.clone(), p, args);
-        node.start();
+        let mut node = Node::standalone("standalone", &data, None, &["--shard-count", "1"]).started();
         let payloads = append_each(&node.addr(), 0, 5, "acked");
         node.kill9();
         let seg = last_segment(&data);
@@ -153,10 +150,7 @@ fn damage_to_the_last_acknowledged_batch_is_refused_never_cut_silently() {
 #[test]
 fn a_follower_with_a_damaged_last_batch_fetches_it_again_from_its_leader() {
     for how in [Harm::RecordBit, Harm::HeaderCount] {
-        let dir = TempDir::new("damage-follower");
-        let mut p = pair(&dir, None, &["--shard-count", "1"]);
-        p.follower.start();
-        p.leader.start();
+        let (_dir, mut p) = started_pair_in("damage-follower", &["--shard-count", "1"]);
         let mut payloads = append_each(&p.leader.addr(), 0, 20, "acked");
         wait_caught_up(&p, Duration::from_secs(20));
         p.follower.kill9();
@@ -172,20 +166,15 @@ fn a_follower_with_a_damaged_last_batch_fetches_it_again_from_its_leader() {
         wait_caught_up(&p, Duration::from_secs(20));
         let recs = runtime().block_on(read_all(&p.leader.addr(), &client_config(None), 0));
         assert_eq!(recs.iter().map(|r| r.payload.clone()).collect::<Vec<_>>(), payloads, "{how:?}");
-        p.leader.kill9();
-        p.follower.kill9();
         // Both inspect clean (the mark is gone) and hold the same records.
-        let same = assert_same_logs(&p.leader.data, &p.follower.data);
+        let same = p.kill_and_compare();
         println!("{how:?}: follower repaired from its leader: {same:?}");
     }
 }
 
 #[test]
 fn a_leader_with_a_damaged_last_batch_refuses_and_is_repaired_from_its_follower() {
-    let dir = TempDir::new("damage-leader");
-    let mut p = pair(&dir, None, &["--shard-count", "1"]);
-    p.follower.start();
-    p.leader.start();
+    let (_dir, mut p) = started_pair_in("damage-leader", &["--shard-count", "1"]);
     let payloads = append_each(&p.leader.addr(), 0, 20, "acked");
     wait_caught_up(&p, Duration::from_secs(20));
     p.leader.kill9();
@@ -207,12 +196,7 @@ fn a_leader_with_a_damaged_last_batch_refuses_and_is_repaired_from_its_follower(
     let recs = runtime().block_on(read_all(&leader.addr(), &client_config(None), 0));
     assert_eq!(recs.iter().map(|r| r.payload.clone()).collect::<Vec<_>>(), payloads);
     append_each(&leader.addr(), 20, 3, "later");
-    let pr = Pair { leader, follower };
-    wait_caught_up(&pr, Duration::from_secs(20));
-    let Pair { mut leader, mut follower } = pr;
-    leader.kill9();
-    follower.kill9();
-    assert_same_logs(&leader.data, &follower.data);
+    Pair { leader, follower }.caught_up_and_compared(Duration::from_secs(20));
     drop(p);
 }
 
@@ -220,10 +204,7 @@ fn a_leader_with_a_damaged_last_batch_refuses_and_is_repaired_from_its_follower(
 fn a_marked_shard_does_not_lead_until_it_has_caught_up() {
     // A follower cut its damaged batch and was stopped before it caught up: the mark
     // keeps it from starting as leader or standalone.
-    let dir = TempDir::new("damage-mark");
-    let mut p = pair(&dir, None, &["--shard-count", "1"]);
-    p.follower.start();
-    p.leader.start();
+    let (_dir, mut p) = started_pair_in("damage-mark", &["--shard-count", "1"]);
     append_each(&p.leader.addr(), 0, 5, "acked");
     wait_caught_up(&p, Duration::from_secs(20));
     p.leader.kill9();
@@ -236,13 +217,8 @@ fn a_marked_shard_does_not_lead_until_it_has_caught_up() {
     let (code, out) = inspect(&p.follower.data);
     assert_eq!(code, 2, "{out}");
     assert!(out.contains("NEEDS REPAIR") && out.contains("from offset 4"), "{out}");
-    let fp = p.follower.ports;
-    let mut solo = Node::new(
-        "marked-standalone",
-        p.follower.data.clone(),
-        fp,
-        Node::args(Mode::Standalone, &p.follower.data, fp, None, "", &["--shard-count", "1"]),
-    );
+    let (fd, fp) = (&p.follower.data, p.follower.ports);
+    let mut solo = Node::serving("marked-standalone", Mode::Standalone, fd, fp, &["--shard-count", "1"]);
     solo.spawn();
     assert!(solo.wait_exit(Duration::from_secs(30)).is_some_and(|c| c != 0), "{}", solo.log_text());
     assert!(solo.log_text().contains("marked needs-repair"), "{}", solo.log_text());
@@ -251,18 +227,16 @@ fn a_marked_shard_does_not_lead_until_it_has_caught_up() {
     p.follower.start();
     wait_log(&p.follower, "repaired:");
     wait_caught_up(&p, Duration::from_secs(20));
-    p.leader.kill9();
-    p.follower.kill9();
-    assert_same_logs(&p.leader.data, &p.follower.data);
+    p.kill_and_compare();
 }
 
 #[test]
 fn coordinator_a_damaged_leader_does_not_lead_and_is_repaired_by_its_peer() {
-    let Some(mut c) = common::coord::cluster("damage_coordinator") else { return };
-    let leader = c.wait_pair(Duration::from_secs(60));
-    let other = 1 - leader;
-    let load = c.load("d");
-    common::coord::run_for(&load, Duration::from_secs(1), 2_000, "before the stop");
+    let Some((mut c, leader, other, load)) =
+        common::coord_run::cluster_under_load("damage_coordinator", "d", 2_000, "before the stop")
+    else {
+        return;
+    };
     let h = load.finish();
     c.nodes[leader].kill9();
     c.nodes[other].kill9();
@@ -299,10 +273,7 @@ fn coordinator_a_damaged_leader_does_not_lead_and_is_repaired_by_its_peer() {
 
 #[test]
 fn a_leader_that_lost_durable_writes_cannot_cut_them_from_its_follower() {
-    let dir = TempDir::new("lost-writes");
-    let mut p = pair(&dir, None, &["--shard-count", "1"]);
-    p.follower.start();
-    p.leader.start();
+    let (_dir, mut p) = started_pair_in("lost-writes", &["--shard-count", "1"]);
     let payloads = append_each(&p.leader.addr(), 0, 30, "acked");
     wait_caught_up(&p, Duration::from_secs(20));
     // The follower persists what the leader had made durable (at most once a second).
@@ -346,12 +317,7 @@ fn a_leader_that_lost_durable_writes_cannot_cut_them_from_its_follower() {
     append_each(&leader.addr(), 30, 2, "later");
     let recs = runtime().block_on(read_all(&leader.addr(), &client_config(None), 0));
     assert_eq!(recs[..30].iter().map(|r| r.payload.clone()).collect::<Vec<_>>(), payloads);
-    let pr = Pair { leader, follower };
-    wait_caught_up(&pr, Duration::from_secs(20));
-    let Pair { mut leader, mut follower } = pr;
-    leader.kill9();
-    follower.kill9();
-    assert_same_logs(&leader.data, &follower.data);
+    Pair { leader, follower }.caught_up_and_compared(Duration::from_secs(20));
     drop(p);
 }
 

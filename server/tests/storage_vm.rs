@@ -9,15 +9,9 @@
 //! where the harness answers 77 (qemu or the Debian kernel cannot be installed), or with
 //! `CORELOG_SKIP_VM=1`; under `CORELOG_NO_SKIP=1` a skip is a failure.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::time::Instant;
+use std::path::Path;
 
 mod common;
-
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
-}
 
 /// A host tool to ship into the guest (`-f PATH`), from the usual sbin directories.
 fn tool(name: &str) -> Option<String> {
@@ -26,11 +20,7 @@ fn tool(name: &str) -> Option<String> {
 
 #[test]
 fn storage_faults_in_vm() {
-    if std::env::var("VM_GUEST").is_ok() {
-        return; // already inside a VM
-    }
-    if std::env::var("CORELOG_SKIP_VM").is_ok_and(|v| v == "1") {
-        common::skip("storage_faults_in_vm", "CORELOG_SKIP_VM=1");
+    if !common::vm::vm_wanted("storage_faults_in_vm") {
         return;
     }
     let tools = ["dmsetup", "mkfs.ext4", "debugfs", "e2fsck"];
@@ -41,31 +31,16 @@ fn storage_faults_in_vm() {
             return;
         }
     };
-    let root = repo_root();
     let dir = common::TempDir::new("storage-vm");
     let disk = dir.path().join("disk.img");
     std::fs::File::create(&disk).unwrap().set_len(128 << 20).unwrap();
-    let corelog = env!("CARGO_BIN_EXE_corelog");
-    let mut cmd = Command::new("bash");
-    cmd.arg(root.join("infra/vm/run-in-vm.sh"))
-        .args(["-m", "dm_mod", "-s", "64", "-t", "420", "--mem", "1024", "-d"])
+    let mut cmd = common::vm::vm_command();
+    cmd.args(["-m", "dm_mod", "-s", "64", "-t", "420", "--mem", "1024", "-d"])
         .arg(&disk)
         .arg("-f")
-        .arg(format!("{corelog}:/usr/local/bin/corelog"));
+        .arg(format!("{}:/usr/local/bin/corelog", env!("CARGO_BIN_EXE_corelog")));
     for p in &paths {
         cmd.arg("-f").arg(p);
     }
-    let t0 = Instant::now();
-    let out = cmd.arg(root.join("server/tests/vm/storage.sh")).current_dir(&root).output().expect("run-in-vm.sh");
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    let code = out.status.code().unwrap_or(-1);
-    if code == 77 {
-        let why = text.lines().find(|l| l.starts_with("SKIP")).unwrap_or("qemu or the Debian kernel is missing");
-        common::skip("storage_faults_in_vm", why);
-        return;
-    }
-    let summary: Vec<&str> = text.lines().filter(|l| l.starts_with("storage-vm:")).collect();
-    assert!(code == 0, "VM storage test failed with exit code {code} after {:?}:\n{text}", t0.elapsed());
-    assert!(text.contains("storage-vm: PASS"), "no PASS line:\n{text}");
-    eprintln!("storage_faults_in_vm passed in {:.1} s:\n{}", t0.elapsed().as_secs_f64(), summary.join("\n"));
+    common::vm::run_vm_script("storage_faults_in_vm", cmd, "storage.sh", "storage-vm", |_| false);
 }

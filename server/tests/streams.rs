@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::pair::{pair, promoted, wait_caught_up};
+use common::pair::{promoted, wait_caught_up};
 use common::*;
 use corelog_client::{Client, ClientConfig, Error, Expect, Position};
 
@@ -103,11 +103,8 @@ fn check_stream(rt: &tokio::runtime::Runtime, addr: &str, stream: &str, wins: &W
 
 #[test]
 fn racing_expected_versions_have_one_winner_each_and_survive_kill9_and_failover() {
-    let dir = TempDir::new("streams_race");
     let extra = ["--shard-count", "2"];
-    let mut p = pair(&dir, None, &extra);
-    p.follower.start();
-    p.leader.start();
+    let (_dir, mut p) = started_pair_in("streams_race", &extra);
     let rt = runtime();
     let addr = p.leader.addr();
     let (wins, refusals) = race(&rt, &addr, "order-42", 8, 150);
@@ -186,10 +183,7 @@ fn answer(s: &mut std::net::TcpStream, buf: &mut Vec<u8>) -> (u64, Option<u16>, 
 fn bad_stream_fields_are_refused_and_the_connection_goes_on() {
     use corelog_client::codec::{stream_shard, Request};
     use std::io::Write;
-    let dir = TempDir::new("streams_bad");
-    let mut p = pair(&dir, None, &["--shard-count", "2"]);
-    p.follower.start();
-    p.leader.start();
+    let (_dir, p) = started_pair_in("streams_bad", &["--shard-count", "2"]);
     // The main port's connections are served by some shard; find a name on it and one
     // on the other.
     let mut s = std::net::TcpStream::connect(("127.0.0.1", p.leader.ports.client)).unwrap();
@@ -256,10 +250,7 @@ fn bad_stream_fields_are_refused_and_the_connection_goes_on() {
 
 #[test]
 fn cli_appends_to_and_reads_streams() {
-    let dir = TempDir::new("streams_cli");
-    let mut p = pair(&dir, None, &["--shard-count", "2"]);
-    p.follower.start();
-    p.leader.start();
+    let (_dir, p) = started_pair_in("streams_cli", &["--shard-count", "2"]);
     let addr = p.leader.addr();
     let cli = |args: &[&str]| {
         let out =
@@ -315,11 +306,7 @@ fn cli_appends_to_and_reads_streams() {
 fn a_prefix_subscription_sees_every_event_once_in_stream_order_across_a_restart() {
     use corelog_client::{Event, Subscription};
     use std::collections::HashMap;
-    let dir = TempDir::new("streams_sub");
-    let extra = ["--shard-count", "2"];
-    let mut p = pair(&dir, None, &extra);
-    p.follower.start();
-    p.leader.start();
+    let (_dir, mut p) = started_pair_in("streams_sub", &["--shard-count", "2"]);
     let rt = runtime();
     let addr = p.leader.addr();
     let cfg = ClientConfig::insecure().with_failover_timeout(Duration::from_secs(20));
@@ -385,10 +372,7 @@ fn a_prefix_subscription_sees_every_event_once_in_stream_order_across_a_restart(
 #[test]
 fn a_producer_goes_on_after_a_wrong_expected_version() {
     use corelog_client::Producer;
-    let dir = TempDir::new("streams_producer");
-    let mut p = pair(&dir, None, &["--shard-count", "2"]);
-    p.follower.start();
-    p.leader.start();
+    let (_dir, p) = started_pair_in("streams_producer", &["--shard-count", "2"]);
     let rt = runtime();
     let addr = p.leader.addr();
     rt.block_on(async {

@@ -2,6 +2,7 @@
 //! standalone mTLS server that is killed (by pid) when dropped.
 #![allow(dead_code)]
 
+use std::ffi::OsString;
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -52,12 +53,7 @@ pub fn start_server(bin: &Path, dir: &Path) -> (Server, u16, u16) {
         .arg(dir.join("data"))
         .args(["--listen", &format!("127.0.0.1:{port}")])
         .args(["--metrics-listen", &format!("127.0.0.1:{metrics}")])
-        .arg("--cert")
-        .arg(certs.join("server.pem"))
-        .arg("--key")
-        .arg(certs.join("server.key"))
-        .arg("--client-ca")
-        .arg(certs.join("ca.pem"))
+        .args(cert_args(&certs, [("--cert", "server.pem"), ("--key", "server.key"), ("--client-ca", "ca.pem")]))
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -75,6 +71,16 @@ pub fn start_server(bin: &Path, dir: &Path) -> (Server, u16, u16) {
     let server = Server(child);
     rx.recv_timeout(Duration::from_secs(30)).expect("server ready within 30 s");
     (server, port, metrics)
+}
+
+/// `FLAG FILE` for each pair, the files under `certs`.
+pub fn cert_args(certs: &Path, pairs: [(&str, &str); 3]) -> Vec<OsString> {
+    pairs.iter().flat_map(|(flag, file)| [OsString::from(flag), certs.join(file).into_os_string()]).collect()
+}
+
+/// The client's TLS flags (`--ca`, `--cert`, `--key`) for the certificates under `certs`.
+pub fn client_tls(certs: &Path) -> Vec<OsString> {
+    cert_args(certs, [("--ca", "ca.pem"), ("--cert", "client.pem"), ("--key", "client.key")])
 }
 
 /// A test that cannot run here: prints `SKIP <test>: <why>` and returns, unless

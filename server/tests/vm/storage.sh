@@ -92,6 +92,15 @@ check_all() { # every acknowledged append at its offset with its payload
 pblock() { # physical 4 KiB block of logical block $1 of the segment (fs unmounted)
   debugfs -R "bmap /d/shard-0/00000000000000000000.log $1" /dev/mapper/data 2>/dev/null | tail -1
 }
+refused() { # refused X WHAT LINE: the node, started (log X-fault.log), exits 1 logging
+  # LINE (WHAT names the case); `inspect` then writes $W/X-inspect, its exit status in $icode
+  serve "$1-fault.log"
+  wait_exit
+  [ "$code" = 1 ] || fail "$2 gave exit status $code, want 1 (refused; 135 = SIGBUS)"
+  grep -q "$3" "$W/$1-fault.log" || fail "$2: no '$3' line"
+  corelog inspect /data/d >"$W/$1-inspect" 2>&1
+  icode=$?
+}
 remount() { umount /data || fail "umount"; mount /dev/mapper/data /data || fail "mount"; }
 
 # --- A: read error at start-up ---------------------------------------------------------
@@ -107,12 +116,7 @@ table "0 $S linear $DEV 0
 $S 8 error
 $((S + 8)) $((SECTORS - S - 8)) linear $DEV $((S + 8))"
 mount /dev/mapper/data /data || fail "mount with the error target"
-serve a-fault.log
-wait_exit
-[ "$code" = 1 ] || fail "A: a read error at start-up gave exit status $code (135 = SIGBUS), want 1"
-grep -q "read error in $SEG at byte 20480" "$W/a-fault.log" || fail "A: no 'read error in $SEG at byte 20480' line"
-corelog inspect /data/d >"$W/a-inspect" 2>&1
-icode=$?
+refused a "A: a read error at start-up" "read error in $SEG at byte 20480"
 [ "$icode" = 2 ] && grep -q "ERROR: read error" "$W/a-inspect" || fail "A: inspect exit $icode: $(cat "$W/a-inspect")"
 say "A: read error at start-up refused (exit 1): $(grep -o 'read error in.*' "$W/a-fault.log" | head -1)"
 umount /data
@@ -136,12 +140,8 @@ printf "\\$(printf '%03o' $(((old + 8) % 256)))" | dd of=/dev/mapper/data bs=1 s
 sync
 echo 3 >/proc/sys/vm/drop_caches
 mount /dev/mapper/data /data || fail "B: mount"
-serve b-fault.log
-wait_exit
-[ "$code" = 1 ] || fail "B: damaged last batch gave exit status $code, want 1 (refused)"
-grep -q "refusing to start: damaged batch at the end of the log" "$W/b-fault.log" || fail "B: no refusal line"
-corelog inspect /data/d >"$W/b-inspect" 2>&1
-[ $? = 2 ] && grep -q "DAMAGED" "$W/b-inspect" || fail "B: inspect: $(cat "$W/b-inspect")"
+refused b "B: damaged last batch" "refusing to start: damaged batch at the end of the log"
+[ "$icode" = 2 ] && grep -q "DAMAGED" "$W/b-inspect" || fail "B: inspect exit $icode: $(cat "$W/b-inspect")"
 say "B: flipped byte in the last acknowledged batch (offset $LAST) refused: $(grep -o 'offsets [0-9=.]*' "$W/b-inspect" | head -1)"
 corelog admin accept-loss --data-dir /data/d --shard 0 >"$W/b-accept" 2>&1 || fail "B: accept-loss: $(cat "$W/b-accept")"
 grep -v "^$LAST " "$W/acked" >"$W/acked.b" && mv "$W/acked.b" "$W/acked"
