@@ -20,9 +20,10 @@ pub fn assign(buckets: &[Bucket], members: &[String], prev: &BTreeMap<Bucket, St
     let mut owned: BTreeMap<&str, Vec<Bucket>> = members.iter().map(|m| (m.as_str(), Vec::new())).collect();
     let mut free = Vec::new();
     for &b in buckets {
-        let keep = prev.get(&b).and_then(|m| owned.get_mut(m.as_str())).filter(|held| {
-            held.len() < base || (held.len() == base && extra > 0)
-        });
+        let keep = prev
+            .get(&b)
+            .and_then(|m| owned.get_mut(m.as_str()))
+            .filter(|held| held.len() < base || (held.len() == base && extra > 0));
         match keep {
             Some(held) => {
                 if held.len() == base {

@@ -94,7 +94,15 @@ impl Group {
         assert!(cfg.session_ms > 0, "a session of 0 ms ends at once");
         let n = cfg.shard_count;
         let buckets = (0..cfg.k).map(|i| cfg.shard + i * n).collect();
-        Group { cfg, buckets, gen: 0, owners: BTreeMap::new(), next: BTreeMap::new(), members: BTreeMap::new(), rebalance_at: None }
+        Group {
+            cfg,
+            buckets,
+            gen: 0,
+            owners: BTreeMap::new(),
+            next: BTreeMap::new(),
+            members: BTreeMap::new(),
+            rebalance_at: None,
+        }
     }
 
     pub fn gen(&self) -> u64 {
