@@ -25,11 +25,7 @@ cl_health_once() {
   else python3 -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:$1/health', timeout=2)" 2>/dev/null; fi
 }
 # Waits up to 30 s for 127.0.0.1:$1/health to answer.
-cl_healthy() {
-  local _
-  for _ in $(seq 1 300); do cl_health_once "$1" && return 0; sleep 0.1; done
-  echo "no health on :$1" >&2; return 1
-}
+cl_healthy() { cl_healthy_within "$1" 30; }
 # Exits the calling script (status 2) unless every binary named after $1 (the script's
 # name, for the message) and $2 (the bin dir) is built there.
 cl_need_bins() {

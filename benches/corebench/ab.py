@@ -117,7 +117,7 @@ class Bench:
         extra = (os.environ.get("CL_LEADER_EXTRA", "") + " " + os.environ.get(f"{side}_LEADER_EXTRA", "")).split()
         return nodes.Nodes(self.bins[side], d, self.certs, mode, extra, self.insecure)
 
-    def lg_args(self, d, conns, extra=()):
+    def lg_args(self, conns, extra=()):
         return ["run", "--target", f"127.0.0.1:{nodes.LEADER_CLIENT}", "--connections", str(conns),
                 "--duration", f"{self.secs}s", "--quiet", *extra, *self.tls]
 
@@ -137,7 +137,7 @@ class Bench:
         with self.nodes(side, d, mode) as n:
             c0 = n.server_ticks()
             with open(f"{d}.lg", "w") as err:
-                subprocess.run([lg, *self.lg_args(d, conns, ("--json", f"{d}.json", *extra))], check=True,
+                subprocess.run([lg, *self.lg_args(conns, ("--json", f"{d}.json", *extra))], check=True,
                                stdout=subprocess.DEVNULL, stderr=err, timeout=self.lg_limit)
             c1 = n.server_ticks()
         self.drop_data(d)
@@ -160,7 +160,7 @@ class Bench:
                     extra = ("--warmup", "3s", "--start-at", "stdin")
                 else:
                     extra = ("--rate", "500")
-                args = self.lg_args(d, 9000, ("--json", f"{d}.{i}.json", *extra, "--source-ip-base", str(1 + 8 * i),
+                args = self.lg_args(9000, ("--json", f"{d}.{i}.json", *extra, "--source-ip-base", str(1 + 8 * i),
                                                "--cores", "1", "--first-cpu", str(i)))
                 procs.append(subprocess.Popen([lg, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                               stderr=open(f"{d}.{i}.lg", "w"), text=True))
