@@ -15,7 +15,7 @@ use super::error::Error;
 use super::frames::{FrameReader, Reply};
 use super::greet::{greet, Greeted, Stream};
 use super::values::ServerInfo;
-use crate::codec::{self, Request, Response, PROTOCOL_VERSION};
+use crate::codec::{self, Request, Response, CLIENT_VERSION};
 use crate::leadership::{Seen, PROBE_ID};
 
 /// Requests one connection may have queued toward its writer.
@@ -294,7 +294,7 @@ async fn watchdog(
         if probe {
             let Some(tx) = tx.upgrade() else { return };
             let mut frame = Vec::new();
-            Request::Hello { version: PROTOCOL_VERSION }.encode(PROBE_ID, &mut frame);
+            Request::Hello { version: CLIENT_VERSION }.encode(PROBE_ID, &mut frame);
             if tx.try_send(Cmd { frame, reply: None, watch: false }).is_err() {
                 // A full queue: the writer is stuck behind the socket; the silence decides.
                 continue;

@@ -10,7 +10,7 @@ use super::config::ClientConfig;
 use super::error::Error;
 use super::frames::FrameReader;
 use super::values::ServerInfo;
-use crate::codec::{self, ErrorCode, Request, Response, PROTOCOL_VERSION};
+use crate::codec::{self, ErrorCode, Request, Response, CLIENT_VERSION};
 
 pub(crate) trait Stream: AsyncRead + AsyncWrite + Unpin + Send {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send> Stream for T {}
@@ -30,7 +30,7 @@ pub(crate) struct Greeted {
 /// server older than this client, as half-way through a rolling upgrade
 /// (docs/operations.md §15).
 pub(crate) async fn greet(addr: &str, cfg: &ClientConfig, then: Option<&Request<'_>>) -> Result<Greeted, Error> {
-    match greet_with(addr, cfg, then, PROTOCOL_VERSION).await {
+    match greet_with(addr, cfg, then, CLIENT_VERSION).await {
         Err(Error::Server { code, .. }) if code == ErrorCode::BadVersion as u16 => {
             greet_with(addr, cfg, then, codec::FALLBACK_VERSION).await
         }

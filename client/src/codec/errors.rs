@@ -56,6 +56,10 @@ pub enum ErrorCode: u16, from from_u16 {
     /// message names the operation and the resource. Nothing was done; the connection
     /// stays.
     Forbidden = 24,
+    /// Consumer group: the member named a generation that is not the group's current
+    /// one, or its session ended (it timed out, or the node took over). Nothing was
+    /// committed; a member takes the next `GroupAssigned` (or joins again).
+    StaleGeneration = 25,
 }
 }
 

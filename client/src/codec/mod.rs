@@ -46,6 +46,7 @@ macro_rules! wire_enum {
 
 mod errors;
 mod frame;
+mod group;
 mod repl;
 mod request;
 mod response;
@@ -53,6 +54,7 @@ mod response;
 pub use crate::record::{ProducerSeq, MAX_PAYLOAD, MAX_STREAM_NAME};
 pub use errors::{CodecError, ErrorCode};
 pub use frame::{decode_frame, decode_frame_max, encode_error, Frame};
+pub use group::{GroupReq, GroupResp, MAX_GROUP_K, MAX_GROUP_NAME, MAX_GROUP_PREFIX, MAX_MEMBER_ID, NO_COMMIT};
 pub use repl::Repl;
 pub use request::{encode_append, encode_append2, stream_shard, Expect, Request, StreamReq};
 pub use response::{
@@ -69,10 +71,18 @@ pub use response::{
 /// (its lease, the newest epoch it knows, whether a leader holds a live lease), and the
 /// refusals that send a client elsewhere (`NotLeader`, `Unavailable`, `Fenced`,
 /// `ShuttingDown`) carry a [`Hint`].
-pub const PROTOCOL_VERSION: u16 = 3;
+/// Version 4 adds consumer groups (`GroupJoin`, `GroupCommit`, `GroupHeartbeat` and
+/// their pushes; docs/protocol.md §4.9). A client that needs no group greets with
+/// [`CLIENT_VERSION`], so that it keeps leadership hints against a version-3 server.
+pub const PROTOCOL_VERSION: u16 = 4;
+/// The version a client greets with when it uses no consumer group: the newest a
+/// version-3 server (the release before groups) also speaks.
+pub const CLIENT_VERSION: u16 = 3;
+/// First protocol version with consumer groups.
+pub const GROUPS_VERSION: u16 = 4;
 /// First protocol version whose `HelloOk` and refusals carry leadership (see above).
 pub const LEADERSHIP_VERSION: u16 = 3;
-/// The version a client opens with when a server refuses [`PROTOCOL_VERSION`] with
+/// The version a client opens with when a server refuses [`CLIENT_VERSION`] with
 /// `BadVersion` (a server older than the client, as during a rolling upgrade): the oldest
 /// with every request the client sends. Without version 3 a connection learns nothing of
 /// leases and its refusals carry no hint (docs/operations.md §15).
@@ -133,6 +143,9 @@ pub mod op {
     pub const SUBSCRIBE: u8 = 0x07;
     pub const TRIM: u8 = 0x08;
     pub const INDEX_SNAPSHOT: u8 = 0x09;
+    pub const GROUP_JOIN: u8 = 0x0A;
+    pub const GROUP_COMMIT: u8 = 0x0B;
+    pub const GROUP_HEARTBEAT: u8 = 0x0C;
     pub const REPL_HELLO: u8 = 0x10;
     pub const REPL_ACK: u8 = 0x11;
     pub const REPL_JOINED: u8 = 0x12;
@@ -144,6 +157,9 @@ pub mod op {
     pub const STREAM_RECORDS: u8 = 0x85;
     pub const TRIMMED: u8 = 0x86;
     pub const INDEX_SNAPSHOT_PIECE: u8 = 0x87;
+    pub const GROUP_ASSIGNED: u8 = 0x88;
+    pub const GROUP_RECORDS: u8 = 0x89;
+    pub const GROUP_COMMITTED: u8 = 0x8A;
     pub const REPL_WELCOME: u8 = 0x90;
     pub const REPL_BATCH: u8 = 0x91;
     pub const REPL_SEED: u8 = 0x92;

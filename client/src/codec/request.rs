@@ -6,6 +6,7 @@ use std::fmt;
 
 use super::errors::CodecError;
 use super::frame::{begin_frame, encode_parts, finish_frame, parse_body, Frame};
+use super::group::GroupReq;
 use super::{
     op, APPEND_FLAG_PRODUCER, APPEND_FLAG_STREAM, EXPECT_ANY, EXPECT_EXACT, EXPECT_NO_STREAM, HELLO_MAGIC, MAX_PAYLOAD,
     SUBSCRIBE_FLAG_STREAM,
@@ -66,6 +67,8 @@ pub enum Request<'a> {
         shard: u16,
         at: u64,
     },
+    /// Version 4: a consumer group's requests (`codec::group`).
+    Group(GroupReq<'a>),
 }
 
 impl<'a> Request<'a> {
@@ -121,6 +124,7 @@ impl<'a> Request<'a> {
                 op::TAIL => Request::Tail { shard: b.u16()?, from: b.u64()? },
                 op::TRIM => Request::Trim { shard: b.u16()?, before: b.u64()? },
                 op::INDEX_SNAPSHOT => Request::IndexSnapshot { shard: b.u16()?, at: b.u64()? },
+                op::GROUP_JOIN | op::GROUP_COMMIT | op::GROUP_HEARTBEAT => Request::Group(GroupReq::parse(f.op, b)?),
                 o => return Err(CodecError::UnknownOpcode(o)),
             })
         })
@@ -157,6 +161,7 @@ impl<'a> Request<'a> {
             Request::IndexSnapshot { shard, at } => {
                 encode_parts(out, op::INDEX_SNAPSHOT, req_id, &[&shard.to_le_bytes(), &at.to_le_bytes()])
             }
+            Request::Group(g) => g.encode(req_id, out),
         }
     }
 }

@@ -6,6 +6,7 @@ use super::errors::{CodecError, ErrorCode};
 use super::frame::{
     begin_error, begin_frame, encode_error, encode_parts, finish_frame, parse_body, parse_error, Frame,
 };
+use super::group::GroupResp;
 use super::{
     op, APPENDED_FLAG_DUPLICATE, APPENDED_FLAG_VERSION, LEADERSHIP_VERSION, MAX_READ_BYTES, NO_STREAM_VERSION,
 };
@@ -116,6 +117,8 @@ pub enum Response<'a> {
         message: &'a str,
         hint: Hint,
     },
+    /// Version 4: a consumer group's pushes and answers (`codec::group`).
+    Group(GroupResp<'a>),
 }
 
 wire_enum! {
@@ -236,6 +239,9 @@ impl<'a> Response<'a> {
                     }
                     Response::IndexSnapshotPiece { shard, first_offset, total, at, bytes }
                 }
+                op::GROUP_ASSIGNED | op::GROUP_RECORDS | op::GROUP_COMMITTED => {
+                    Response::Group(GroupResp::parse(f.op, b)?)
+                }
                 o => return Err(CodecError::UnknownOpcode(o)),
             })
         })
@@ -285,6 +291,7 @@ impl<'a> Response<'a> {
             }
             Response::Error { code, message } => encode_error(req_id, *code, message, out),
             Response::Refusal { code, message, hint } => encode_refusal(req_id, *code, message, *hint, out),
+            Response::Group(g) => g.encode(req_id, out),
         }
     }
 }

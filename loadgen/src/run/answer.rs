@@ -4,7 +4,7 @@
 use std::cell::RefCell;
 use std::time::Instant;
 
-use corelog_client::codec::{decode_frame, ErrorCode, Hint, Leadership, Request, Response, Role, PROTOCOL_VERSION};
+use corelog_client::codec::{decode_frame, ErrorCode, Hint, Leadership, Request, Response, Role, CLIENT_VERSION};
 use corelog_client::leadership::{Seen, PROBE_ID};
 use corelog_runtime::tls_io::Reader;
 use corelog_runtime::watchdog::Watchdog;
@@ -119,7 +119,7 @@ pub(super) async fn answer(
                 }
                 None => {
                     let mut probe = Vec::new();
-                    Request::Hello { version: PROTOCOL_VERSION }.encode(PROBE_ID, &mut probe);
+                    Request::Hello { version: CLIENT_VERSION }.encode(PROBE_ID, &mut probe);
                     if c.w.write(&probe).await.is_err() {
                         return Err(NoAnswer::Broken);
                     }

@@ -7,8 +7,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use corelog_client::codec::{
-    decode_frame, ErrorCode, Leadership, Request, Response, Role, FALLBACK_VERSION, LEADERSHIP_VERSION,
-    PROTOCOL_VERSION,
+    decode_frame, ErrorCode, Leadership, Request, Response, Role, CLIENT_VERSION, FALLBACK_VERSION, LEADERSHIP_VERSION,
 };
 use corelog_client::leadership::Seen;
 use corelog_runtime::tls_io::{self, Reader, Writer};
@@ -84,7 +83,7 @@ pub(super) async fn connect(
 /// with `FALLBACK_VERSION` when the server refuses that with `BadVersion` (a server older
 /// than this load generator: docs/operations.md §15).
 async fn connect_to(cfg: &RunConfig, target: SocketAddr, i: usize) -> Result<(Reader, Writer, HelloInfo), String> {
-    match connect_with(cfg, target, i, PROTOCOL_VERSION).await {
+    match connect_with(cfg, target, i, CLIENT_VERSION).await {
         Err(Refused::BadVersion(_)) => connect_with(cfg, target, i, FALLBACK_VERSION).await,
         r => r,
     }

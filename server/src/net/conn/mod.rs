@@ -11,7 +11,7 @@ use std::rc::Rc;
 use std::time::Instant;
 
 use corelog_client::codec::{
-    self, decode_frame_max, ErrorCode, Hint, LeaderState, Leadership, Request, Response, Role, StreamReq,
+    self, decode_frame_max, ErrorCode, GroupReq, Hint, LeaderState, Leadership, Request, Response, Role, StreamReq,
     LEADERSHIP_VERSION, MAX_REQUEST_FRAME, MIN_PROTOCOL_VERSION, PROTOCOL_VERSION,
 };
 use corelog_client::record::check_stream_name;
@@ -132,6 +132,9 @@ fn permit(shard: &Shard, access: &mut Option<Box<Access>>, req: &Request<'_>) ->
         Request::Subscribe { stream, name, .. } => (Op::Read, named(!stream, name)),
         Request::Read { .. } | Request::Tail { .. } | Request::IndexSnapshot { .. } => (Op::Read, None),
         Request::Trim { .. } => (Op::Admin, None),
+        Request::Group(GroupReq::Join { prefix, .. }) => (Op::Read, named(true, prefix.as_bytes())),
+        // Checked once, at the join that made the connection a member's.
+        Request::Group(_) => return Ok(()),
     };
     access.check(authz, op, resource(&names)).map_err(|msg| Refused::Error(ErrorCode::Forbidden, msg))
 }
@@ -221,6 +224,9 @@ async fn read_loop(shard: &Rc<Shard>, rd: &mut tls_io::Reader, out: &Rc<Outbox>,
                     rd.consume(used);
                     let push = Push { req_id, version: v, from, filter: None };
                     return Box::pin(push_until_closed(shard, rd, out, push, access)).await;
+                }
+                Request::Group(_) => {
+                    return Err((ErrorCode::BadVersion, "consumer groups are not served yet".into(), req_id))
                 }
                 Request::Subscribe { stream, name, from } => {
                     need_v2(v, "Subscribe", req_id)?;
