@@ -39,6 +39,21 @@ pub(super) struct Join {
     pub(super) k: u8,
 }
 
+impl Join {
+    /// The join a connection's first group request must be.
+    pub(super) fn of(g: GroupReq<'_>, req_id: u64) -> Result<Join, Fail> {
+        match g {
+            GroupReq::Join { group, member, prefix, k } => {
+                Ok(Join { group: group.into(), member: member.into(), prefix: prefix.into(), k })
+            }
+            _ => {
+                let msg = "GroupCommit and GroupHeartbeat follow a GroupJoin on the same connection".into();
+                Err((ErrorCode::Unexpected, msg, req_id))
+            }
+        }
+    }
+}
+
 /// Serves a member from its join to the end of its connection.
 pub(super) async fn member(
     shard: &Rc<Shard>,

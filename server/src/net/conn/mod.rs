@@ -226,14 +226,10 @@ async fn read_loop(shard: &Rc<Shard>, rd: &mut tls_io::Reader, out: &Rc<Outbox>,
                     let push = Push { req_id, version: v, from, filter: None };
                     return Box::pin(push_until_closed(shard, rd, out, push, access)).await;
                 }
-                Request::Group(GroupReq::Join { group, member, prefix, k }) => {
-                    let j = group::Join { group: group.into(), member: member.into(), prefix: prefix.into(), k };
+                Request::Group(g) => {
+                    let j = group::Join::of(g, req_id)?;
                     rd.consume(used);
                     return Box::pin(group::member(shard, rd, out, at, j)).await;
-                }
-                Request::Group(_) => {
-                    let msg = "GroupCommit and GroupHeartbeat follow a GroupJoin on the same connection".into();
-                    return Err((ErrorCode::Unexpected, msg, req_id));
                 }
                 Request::Subscribe { stream, name, from } => {
                     need_v2(v, "Subscribe", req_id)?;
