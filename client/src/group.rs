@@ -349,3 +349,6 @@ impl Consumer {
         &self.stats
     }
 }
+
+#[cfg(test)]
+mod tests;
