@@ -100,8 +100,10 @@ pub enum CommitOutcome {
     /// Refused: its generation is over (a newer assignment restarts from the committed
     /// positions).
     Skipped,
-    /// The shard's connection ended before an answer (the new session restarts from the
-    /// committed positions).
+    /// No answer: the shard's connection ended first, the node refused it as one that is
+    /// moving (no longer the leader, shutting down, not replicating), or none came
+    /// within the request timeout. The next session restarts from the committed
+    /// positions.
     Lost,
 }
 
@@ -286,8 +288,8 @@ impl Consumer {
     /// current generation (nothing for a shard with nothing new), and waits for the
     /// answers. A commit refused because its generation is over is
     /// [`CommitOutcome::Skipped`], one whose connection ended first
-    /// [`CommitOutcome::Lost`]: neither is an error (the events come again). `Err`: an
-    /// answer that did not come within the request timeout, or another refusal.
+    /// [`CommitOutcome::Lost`]: neither is an error (the events come again). `Err`: a
+    /// refusal no retry cures (a protocol violation).
     pub async fn commit(&mut self) -> Result<Vec<Commit>, Error> {
         let mut waits = Vec::new();
         for d in self.ledger.due() {
@@ -334,7 +336,7 @@ impl Consumer {
                     Some(item) => self.stash.push_back(item),
                     None => open = false,
                 },
-                _ = &mut timeout => return Err(Error::Timeout(self.answer_within)),
+                _ = &mut timeout => return Ok(CommitOutcome::Lost),
             }
         }
     }

@@ -50,7 +50,8 @@ pub(crate) enum Item {
     Failed(Error),
 }
 
-/// A commit's answer. A dropped sender: the connection ended before it.
+/// A commit's answer. A dropped sender: none (the connection ended first, or the node
+/// refused it as one that is moving).
 pub(crate) enum Answer {
     Committed {
         offset: u64,
@@ -94,6 +95,8 @@ fn next_after(e: &Error, shard: u16) -> Next {
                 | ErrorCode::ShuttingDown
                 | ErrorCode::Fenced
                 | ErrorCode::Overloaded
+                | ErrorCode::ReplicationTimeout
+                | ErrorCode::OutcomeUnknown
                 | ErrorCode::StaleGeneration,
             ) => {
                 Next::Retry(hint.filter(|h| h.retry_ms > 0).map_or(RETRY, |h| Duration::from_millis(h.retry_ms.into())))
@@ -309,6 +312,9 @@ impl Session {
             Ok(Response::Group(GroupResp::Committed { offset, .. })) => Ok(Answer::Committed { offset }),
             Ok(_) => Err(Error::Protocol("a commit answered with other than GroupCommitted".into())),
             Err(e) if e.code() == Some(ErrorCode::StaleGeneration) => Ok(Answer::Skipped),
+            // Refused by a node that is moving (no longer the leader, shutting down, not
+            // replicating): not committed, like a commit whose connection ended.
+            Err(e) if !matches!(next_after(&e, self.shard), Next::Fatal) => return Ok(()),
             Err(e) => Err(e),
         };
         let _ = c.reply.send(answer);
