@@ -145,7 +145,9 @@ pub struct ConsumerStats {
     pub lost: u64,
 }
 
-/// A member of a consumer group (see the module docs). Dropping it leaves the group.
+/// A member of a consumer group (see the module docs). Dropping it leaves the group: each
+/// shard's task ends when it finds the consumer's end of its channel gone, closing its
+/// connection.
 pub struct Consumer {
     rx: mpsc::Receiver<Item>,
     /// Each shard's task, by shard.
@@ -159,15 +161,6 @@ pub struct Consumer {
     stats: ConsumerStats,
     auto_commit: bool,
     answer_within: Duration,
-    tasks: Vec<tokio::task::JoinHandle<()>>,
-}
-
-impl Drop for Consumer {
-    fn drop(&mut self) {
-        for t in &self.tasks {
-            t.abort();
-        }
-    }
 }
 
 impl Consumer {
@@ -206,7 +199,6 @@ impl Consumer {
             stats: ConsumerStats::default(),
             auto_commit: opts.auto_commit,
             answer_within: cfg.request_timeout,
-            tasks: Vec::new(),
         };
         let deadline = Instant::now() + opts.rejoin_within;
         for shard in 0..count {
@@ -214,7 +206,7 @@ impl Consumer {
             let joined = member::join(&spec, shard, deadline).await?;
             let (cmd_tx, cmd_rx) = mpsc::channel(64);
             c.cmds.push(cmd_tx);
-            c.tasks.push(tokio::spawn(member::run(spec.clone(), shard, joined, tx.clone(), cmd_rx)));
+            tokio::spawn(member::run(spec.clone(), shard, joined, tx.clone(), cmd_rx));
         }
         Ok(c)
     }

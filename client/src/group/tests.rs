@@ -81,8 +81,12 @@ async fn node(role: Role) -> (String, TcpListener) {
     }
 }
 
-async fn accept(l: &TcpListener) -> Peer {
-    Peer(l.accept().await.unwrap().0)
+/// The next connection to `l`, its `Hello` answered as `role` and its join taken: the
+/// peer and the join's id.
+async fn accept_join(l: &TcpListener, role: Role) -> (Peer, u64) {
+    let mut p = Peer(l.accept().await.unwrap().0);
+    let join = p.joined(role).await;
+    (p, join)
 }
 
 /// A `GroupRecords` body of stream events at `offsets` of stream "ord-1".
@@ -109,8 +113,7 @@ async fn push_records(p: &mut Peer, join: u64, gen: u64, offsets: &[u64], next_o
 async fn joins_delivers_commits_heartbeats_and_joins_again_after_the_session_ended() {
     let (addr, direct) = node(Role::Leader).await;
     let server = async {
-        let mut p = accept(&direct).await;
-        let join = p.joined(Role::Leader).await;
+        let (mut p, join) = accept_join(&direct, Role::Leader).await;
         let buckets = vec![(0, NO_COMMIT), (1, NO_COMMIT)];
         p.send(join, Response::Group(GroupResp::Assigned { gen: 1, shard_count: 1, k: 2, buckets })).await;
         push_records(&mut p, join, 1, &[0, 2], 3).await;
@@ -124,8 +127,7 @@ async fn joins_delivers_commits_heartbeats_and_joins_again_after_the_session_end
         // The session runs out: the server ends the connection.
         p.send(join, Response::Error { code: ErrorCode::StaleGeneration as u16, message: "session ended" }).await;
         drop(p);
-        let mut p = accept(&direct).await;
-        let join = p.joined(Role::Leader).await;
+        let (mut p, join) = accept_join(&direct, Role::Leader).await;
         let buckets = vec![(1, 3)];
         p.send(join, Response::Group(GroupResp::Assigned { gen: 2, shard_count: 1, k: 2, buckets })).await;
         push_records(&mut p, join, 2, &[4], 5).await;
@@ -166,11 +168,9 @@ async fn a_follower_refusal_sends_the_join_to_the_leader_it_names() {
     let (follower, f_direct) = node(Role::Follower).await;
     let (leader, l_direct) = node(Role::Leader).await;
     let server = async {
-        let mut p = accept(&f_direct).await;
-        let join = p.joined(Role::Follower).await;
+        let (mut p, join) = accept_join(&f_direct, Role::Follower).await;
         p.send(join, Response::Error { code: ErrorCode::NotLeader as u16, message: &leader }).await;
-        let mut p = accept(&l_direct).await;
-        let join = p.joined(Role::Leader).await;
+        let (mut p, join) = accept_join(&l_direct, Role::Leader).await;
         p.send(join, Response::Group(GroupResp::Assigned { gen: 4, shard_count: 1, k: 2, buckets: vec![] })).await;
         p
     };
@@ -179,17 +179,22 @@ async fn a_follower_refusal_sends_the_join_to_the_leader_it_names() {
         assert_eq!(c.assignment().len(), 0, "nothing yielded yet");
         c
     };
-    let (_server, mut c) = tokio::join!(server, client);
+    let (mut p, mut c) = tokio::join!(server, client);
     let Some(Delivery::Assigned { shard: 0, assignment }) = c.next_delivery().await.unwrap() else { panic!() };
     assert_eq!(assignment, Assignment { gen: 4, buckets: vec![] });
+    // Dropping the consumer leaves the group: its connection closes.
+    drop(c);
+    let closed = async {
+        while p.0.read(&mut [0u8; 64]).await.unwrap() > 0 {} // heartbeats, then the end
+    };
+    tokio::time::timeout(Duration::from_secs(10), closed).await.expect("the member's connection closed");
 }
 
 #[tokio::test]
 async fn a_refusal_no_retry_cures_fails_the_join_at_once() {
     let (addr, direct) = node(Role::Leader).await;
     let server = async {
-        let mut p = accept(&direct).await;
-        let join = p.joined(Role::Leader).await;
+        let (mut p, join) = accept_join(&direct, Role::Leader).await;
         p.send(join, Response::Error { code: ErrorCode::BadRequest as u16, message: "the group's prefix is \"x\"" })
             .await;
         p
