@@ -9,7 +9,7 @@ use crate::codec::{self, decode_frame, Response};
 /// An owned frame as received.
 pub(crate) struct Reply {
     pub(super) op: u8,
-    pub(super) req_id: u64,
+    pub(crate) req_id: u64,
     body: Vec<u8>,
 }
 

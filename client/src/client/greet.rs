@@ -38,7 +38,9 @@ pub(crate) async fn greet(addr: &str, cfg: &ClientConfig, then: Option<&Request<
     }
 }
 
-async fn greet_with(
+/// [`greet`] with protocol `version` and no fallback (consumer groups need version 4:
+/// an older server's `BadVersion` is the answer then).
+pub(crate) async fn greet_with(
     addr: &str,
     cfg: &ClientConfig,
     then: Option<&Request<'_>>,

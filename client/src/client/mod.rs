@@ -85,7 +85,7 @@ pub use config::ClientConfig;
 pub(crate) use conn::{answer, Conn};
 pub use error::{Error, Outcome};
 pub(crate) use frames::Reply;
-pub(crate) use greet::greet;
+pub(crate) use greet::{greet, greet_with, Greeted};
 pub use tail::Tail;
 pub(crate) use values::to_records;
 pub use values::{Position, Record, ServerInfo, StreamVersion};

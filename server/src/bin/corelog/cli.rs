@@ -252,7 +252,7 @@ fn append_idempotent(conn: &ConnArgs, idem: &IdemArgs, stream: &StreamArgs, payl
     })
 }
 
-fn print_record(out: &mut impl Write, offset: u64, payload: &[u8], hex: bool) -> Result<(), String> {
+pub(crate) fn print_record(out: &mut impl Write, offset: u64, payload: &[u8], hex: bool) -> Result<(), String> {
     let r = if hex {
         let h: String = payload.iter().map(|b| format!("{b:02x}")).collect();
         writeln!(out, "{offset}\t{h}")

@@ -4,6 +4,7 @@
 //! [`workload`].
 
 mod cli;
+mod group;
 mod inspect;
 mod quickstart;
 mod workload;
@@ -101,6 +102,8 @@ enum Cmd {
         count: Option<u64>,
         #[arg(long)]
         hex: bool,
+        #[command(flatten)]
+        group: group::GroupArgs,
     },
     /// Verify a data directory offline (exit 0 sound, 1 torn tail, 2 corruption).
     Inspect {
@@ -529,6 +532,9 @@ fn main() {
         Cmd::Read { conn, shard, from, limit, hex, .. } => cli::read(&conn, shard, from, limit, hex),
         Cmd::Tail { conn, stream: Some(name), from_version, count, hex, .. } => {
             cli::subscribe(&conn, cli::Follow::Stream(name, from_version), count, hex)
+        }
+        Cmd::Tail { conn, group: g @ group::GroupArgs { group: Some(_), .. }, prefix, count, hex, .. } => {
+            group::tail(&conn, &g, prefix.as_deref().unwrap_or(""), count, hex)
         }
         Cmd::Tail { conn, prefix: Some(p), count, hex, .. } => {
             cli::subscribe(&conn, cli::Follow::Prefix(p), count, hex)
