@@ -534,7 +534,7 @@ class RawConn:
         assert f is not None, "connection closed where an answer was due"
         return codec.parse_response(f)
 
-    def hello(self, version: int = codec.PROTOCOL_VERSION) -> codec.HelloOk:
+    def hello(self, version: int = codec.CLIENT_VERSION) -> codec.HelloOk:
         self.send(codec.Hello(version).encode(0))
         r = self.response()
         assert isinstance(r, codec.HelloOk), r
