@@ -32,9 +32,9 @@ from typing import (
 from . import aio, codec
 from .codec import ExpectLike, Record
 from .errors import NOT_WRITTEN, UNKNOWN, ClientClosed
-from .types import Appended, ClientConfig, Event, Position, ServerInfo, StreamAppended, StreamRead
+from .types import Appended, ClientConfig, Event, GroupEvent, Position, ServerInfo, StreamAppended, StreamRead
 
-__all__ = ["Client", "Producer", "Tail", "Subscription"]
+__all__ = ["Client", "Producer", "Tail", "Subscription", "Consumer"]
 
 T = TypeVar("T")
 V = TypeVar("V")
@@ -152,7 +152,7 @@ class Client:
         self._aio = aio.Client(addrs, config, **settings)  # ConfigError before a thread is started
         self._loop = _Loop()
         self.config = self._aio.config
-        self._owned: List[Any] = []  # producers, tails, subscriptions: closed with the client
+        self._owned: List[Any] = []  # producers, tails, subscriptions, consumers: closed with the client
 
     def __enter__(self) -> "Client":
         self.connect()
@@ -257,6 +257,13 @@ class Client:
         from ``positions`` (next offset per shard), live."""
         return self._own(Subscription(self._loop, self._aio.subscribe_prefix(prefix, positions)))
 
+    def consumer(self, group: str, member: str, prefix: str = "", k: int = 0, auto_commit: bool = False,
+                 rejoin_timeout: Optional[float] = None) -> "Consumer":
+        """A member of consumer group ``group``: ``with client.consumer("billing", "w1") as
+        c: for event in c: ...``, then ``c.commit()``. See :class:`corelog.aio.Consumer`."""
+        return self._own(Consumer(self._loop, self._aio.consumer(group, member, prefix, k, auto_commit,
+                                                                 rejoin_timeout)))
+
     def producer(self, shard: int = 0, id: Optional[int] = None, next_seq: int = 0) -> "Producer":
         """An idempotent producer for ``shard`` (see :class:`corelog.aio.Producer`)."""
         return self._own(Producer(self._loop, self._run(self._aio.producer(shard, id, next_seq))))
@@ -336,7 +343,7 @@ It = TypeVar("It", bound="_Iter")
 
 
 class _Iter:
-    """What a blocking tail and a blocking subscription share: the asyncio one (``_it``)
+    """What a blocking tail, subscription and consumer share: the asyncio one (``_it``)
     driven on the client's loop, started by ``with``, ended by ``close``."""
 
     def __init__(self, loop: _Loop, it: Any) -> None:
@@ -360,7 +367,7 @@ class _Iter:
         return self
 
     def close(self) -> None:
-        """Ends the tail or subscription."""
+        """Ends the tail, subscription or consumer."""
         if not self._loop.loop.is_closed():
             self._call(self._it.close())
 
@@ -411,3 +418,37 @@ class Subscription(_Iter):
     def next(self, timeout: Optional[float] = None) -> Event:
         """The next event; :class:`~corelog.errors.RequestTimeout` after ``timeout`` s."""
         return self._call(self._s.next(timeout))
+
+
+class Consumer(_Iter):
+    """Blocking consumer-group member: an iterator of :class:`~corelog.types.GroupEvent`;
+    :meth:`commit` commits what was handed out (see :class:`corelog.aio.Consumer`)."""
+
+    def __init__(self, loop: _Loop, c: aio.Consumer) -> None:
+        super().__init__(loop, c)
+        self._c = c
+
+    @property
+    def generations(self) -> Dict[int, int]:
+        """The generation of each shard's current assignment."""
+        return self._c.generations
+
+    def __exit__(self, *exc: Any) -> None:
+        # With auto_commit, a clean exit commits what was handed out (as the asyncio one).
+        if not self._loop.loop.is_closed():
+            self._call(self._c.__aexit__(*exc))
+
+    def __next__(self) -> GroupEvent:
+        e = self._call(self._c.next())
+        if e is None:
+            raise StopIteration
+        return e
+
+    def next(self, timeout: Optional[float] = None) -> Optional[GroupEvent]:
+        """The next event (``None`` once closed); :class:`~corelog.errors.RequestTimeout`
+        after ``timeout`` s (the consumer goes on)."""
+        return self._call(self._c.next(timeout))
+
+    def commit(self) -> Dict[int, int]:
+        """Commits everything handed out so far; ``{shard: next}`` of the commits confirmed."""
+        return self._call(self._c.commit())
