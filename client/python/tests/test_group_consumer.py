@@ -18,7 +18,7 @@ from corelog.codec import (
 )
 from corelog.types import ClientConfig
 
-from conftest import free_base
+from conftest import free_base, requests_of
 
 SHARDS = 2
 
@@ -80,31 +80,24 @@ class FakeNode:
         return m, join
 
     async def _serve(self, shard: int, r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
-        dec = codec.FrameDecoder()
         member: Optional[Member] = None
         try:
-            while True:
-                data = await r.read(65536)
-                if not data:
+            async for f, req in requests_of(r):
+                if isinstance(req, codec.Hello):
+                    self.hellos.append(req.version)
+                    w.write(codec.HelloOk(req.version, shard, SHARDS, self.role, 1).encode(f.req_id))
+                elif isinstance(req, GroupJoin) and self.role != Role.LEADER:
+                    w.write(codec.encode_error(f.req_id, ErrorCode.NOT_LEADER, self.leader))
+                elif isinstance(req, GroupJoin) and self.refuse is not None:
+                    w.write(codec.encode_error(f.req_id, self.refuse, "prefix differs from the group's"))
+                    w.close()
                     return
-                dec.feed(data)
-                for f in dec:
-                    req = codec.parse_request(f)
-                    if isinstance(req, codec.Hello):
-                        self.hellos.append(req.version)
-                        w.write(codec.HelloOk(req.version, shard, SHARDS, self.role, 1).encode(f.req_id))
-                    elif isinstance(req, GroupJoin) and self.role != Role.LEADER:
-                        w.write(codec.encode_error(f.req_id, ErrorCode.NOT_LEADER, self.leader))
-                    elif isinstance(req, GroupJoin) and self.refuse is not None:
-                        w.write(codec.encode_error(f.req_id, self.refuse, "prefix differs from the group's"))
-                        w.close()
-                        return
-                    elif isinstance(req, GroupJoin):
-                        member = Member(shard, w)
-                        self.joins.put_nowait((member, req))
-                    else:
-                        assert member is not None
-                        member.requests.put_nowait((f.req_id, req))
+                elif isinstance(req, GroupJoin):
+                    member = Member(shard, w)
+                    self.joins.put_nowait((member, req))
+                else:
+                    assert member is not None
+                    member.requests.put_nowait((f.req_id, req))
         except (ConnectionError, OSError):
             return
 

@@ -19,7 +19,7 @@ from ._connection import (
     _BACKOFF_MAX, _BACKOFF_START, Addrs, _check_int, _close_writer, _greet, _read_frame, _records, _response, _why,
     _within, config_error, log,
 )
-from ._push import _Pushed
+from ._push import _Pushed, _timed
 from ._retry import Nodes
 
 __all__ = ["Consumer"]
@@ -87,7 +87,7 @@ class _Member:
 _Item = Tuple[_Member, int, int, int, Optional[GroupEvent]]
 
 
-class Consumer(_Pushed):
+class Consumer(_Pushed[GroupEvent]):
     """A member of consumer group ``group``, named ``member``, for the events of every
     stream whose name starts with ``prefix`` (``""``: every stream). The group spreads its
     streams over ``k`` buckets per shard (fixed by the group's first join; 0: the group's
@@ -284,12 +284,6 @@ class Consumer(_Pushed):
                 if m.gen is not None:
                     m.send(GroupHeartbeat(m.gen))
 
-    async def __anext__(self) -> GroupEvent:
-        e = await self.next()
-        if e is None:
-            raise StopAsyncIteration
-        return e
-
     async def next(self, timeout: Optional[float] = None) -> Optional[GroupEvent]:
         """The next event (``None`` once closed); :class:`RequestTimeout` if none within
         ``timeout`` seconds (the consumer goes on). Any other error ends the consumer."""
@@ -297,10 +291,7 @@ class Consumer(_Pushed):
             raise self._error
         if not self._started:
             await self.start()
-        try:
-            return await (self._take() if timeout is None else _within(self._take(), timeout))
-        except asyncio.TimeoutError:
-            raise RequestTimeout(f"no event within {timeout} s") from None
+        return await _timed(self._take(), timeout, "event")
 
     async def _take(self) -> Optional[GroupEvent]:
         assert self._queue is not None and self._room is not None
@@ -344,11 +335,8 @@ class Consumer(_Pushed):
             return {}
         assert self._room is not None
         self._room.set()  # the answers may wait behind events a full queue left unread
-        timeout = self._config.request_timeout
-        try:
-            answers = await _within(asyncio.gather(*(fut for _, _, fut in sent)), timeout)
-        except asyncio.TimeoutError:
-            raise RequestTimeout(f"group {self.group!r}: no GroupCommitted within {timeout:g} s") from None
+        answers = await _timed(asyncio.gather(*(fut for _, _, fut in sent)), self._config.request_timeout,
+                               f"GroupCommitted of group {self.group!r}")
         done = {}
         for (m, session, _), r in zip(sent, answers):
             if r is None:
