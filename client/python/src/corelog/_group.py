@@ -153,7 +153,8 @@ class Consumer(_Pushed[GroupEvent]):
                 reader, dec = await self._join(m)
                 self._tasks.append(asyncio.ensure_future(self._serve(m, reader, dec)))
         except BaseException as e:
-            self._error = e
+            if isinstance(e, Exception):
+                self._error = e  # raised again by every later call
             await self.close()
             raise
         finally:
@@ -261,8 +262,9 @@ class Consumer(_Pushed[GroupEvent]):
                 m.new_gen(r.gen)
                 log.info("group %r member %r: shard %d generation %d, %d buckets", self.group, self.member,
                          m.shard, r.gen, len(r.buckets))
-            elif isinstance(r, GroupRecords) and r.gen == m.gen:
-                self._deliver(m, r)
+            elif isinstance(r, GroupRecords) and m.gen is not None and r.gen <= m.gen:
+                if r.gen == m.gen:  # else of an assignment that is over: dropped, as in _take
+                    self._deliver(m, r)
             else:
                 raise ProtocolError(f"unexpected {type(r).__name__} on shard {m.shard}'s group connection")
 
