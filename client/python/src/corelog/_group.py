@@ -171,7 +171,7 @@ class Consumer(_Pushed[GroupEvent]):
             for a in order:
                 direct = codec.shard_addr(a, m.shard)
                 try:
-                    reader, dec, assigned, writer = await _within(self._join_at(direct), self._config.connect_timeout)
+                    reader, dec, assigned, writer = await self._join_at(direct)
                 except _REJOIN as e:
                     bad = config_error(direct, self._config, e)
                     if bad is not None:
@@ -198,9 +198,13 @@ class Consumer(_Pushed[GroupEvent]):
 
     async def _join_at(self, direct: str) -> Tuple[asyncio.StreamReader, FrameDecoder, GroupAssigned,
                                                    asyncio.StreamWriter]:
-        reader, writer, _, dec = await _greet(direct, self._config, self._join_frame, codec.GROUPS_VERSION)
+        """Greets ``direct`` (within the connect timeout) with the join, and waits for its
+        first assignment: the server opens a generation for a join only once the joins
+        and leaves around it settled, so that may take longer (the request timeout)."""
+        greeted = _greet(direct, self._config, self._join_frame, codec.GROUPS_VERSION)
+        reader, writer, _, dec = await _within(greeted, self._config.connect_timeout)
         try:
-            f = await _read_frame(reader, dec)
+            f = await _within(_read_frame(reader, dec), self._config.request_timeout)
             if f is None:
                 raise ConnectionClosed(f"{direct} closed the connection before answering the join")
             r = _response(f)
