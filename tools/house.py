@@ -67,8 +67,9 @@ LAYERS = {
         "replica::recent": 6, "replica::handshake": 6,
         # 7: the shard: admission, group commit, acks
         "shard": 7,
-        # 8: what runs beside a shard's writes: sealing, retention, scrubbing
-        "seal": 8, "retention": 8, "scrub": 8,
+        # 8: what runs beside a shard's writes: sealing, retention, scrubbing, the
+        #    consumer groups' streams
+        "seal": 8, "retention": 8, "scrub": 8, "grouplog": 8,
         # 9: replication I/O: leader link, follower port, catch-up, seeding
         "replica": 9,
         # 10: client connections: listeners, connections, answers, certificate reloads

@@ -21,6 +21,7 @@ pub mod config;
 pub mod control;
 pub mod coord;
 pub mod group;
+pub mod grouplog;
 pub mod hist;
 pub mod index;
 pub mod le;

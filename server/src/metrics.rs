@@ -60,6 +60,11 @@ pub struct ShardMetrics {
     /// and an estimate of what is left while that lasts.
     pub rebuild_bytes: Counter,
     pub rebuild_remaining: Gauge,
+    /// Consumer groups (`grouplog`, `net::conn::group`): commits made durable, generations
+    /// announced to members, records pushed to members.
+    pub group_commits: Counter,
+    pub group_rebalances: Counter,
+    pub group_delivered: Counter,
 }
 
 impl ShardMetrics {
@@ -106,9 +111,21 @@ impl ShardMetrics {
             rebuild_remaining: gauge!("corelog_rebuild_remaining_bytes", "shard" => s.clone()),
             scrub_passes: counter!("corelog_scrub_passes_total", "shard" => s.clone()),
             scrub_damage: counter!("corelog_scrub_damage_total", "shard" => s.clone()),
+            group_commits: counter!("corelog_group_commits_total", "shard" => s.clone()),
+            group_rebalances: counter!("corelog_group_assignments_total", "shard" => s.clone()),
+            group_delivered: counter!("corelog_group_delivered_total", "shard" => s.clone()),
             scrub_damaged: gauge!("corelog_scrub_damaged", "shard" => s),
         }
     }
+}
+
+/// One consumer group's lag on one shard: records between its lowest committed position
+/// and the committed end, and its live members. Labels are bounded by
+/// `group::table::MAX_GROUPS` per shard.
+pub fn group_lag(group: &str, shard: u16, lag: u64, members: usize) {
+    let (g, s) = (group.to_string(), shard.to_string());
+    gauge!("corelog_group_lag_records", "group" => g.clone(), "shard" => s.clone()).set(lag as f64);
+    gauge!("corelog_group_members", "group" => g, "shard" => s).set(members as f64);
 }
 
 /// Installs the recorder. Call once, before any executor starts.

@@ -7,25 +7,34 @@ use super::{Bucket, MAX_BUCKETS, MAX_MEMBERS, MAX_MEMBER_ID};
 /// One event of a group's stream.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event {
-    /// A generation opens: who owns which bucket from here on. Every bucket of the shard
-    /// is named at most once; a generation with no member owns nothing.
-    Gen { gen: u64, owners: Vec<(String, Vec<Bucket>)> },
-    /// `member`, owning `bucket` in generation `gen`, has processed everything of the
-    /// bucket below offset `next`.
-    Commit { gen: u64, member: String, bucket: Bucket, next: u64 },
+    /// The group's whole state: who owns which bucket in generation `gen` and every
+    /// bucket's committed position. A `gen` above the last one opens a generation; the
+    /// same `gen` again is a snapshot (written every `SNAPSHOT_EVERY` commits), so a fold
+    /// starts at the last `State` and reads a bounded tail. Every bucket of the shard is
+    /// named at most once; a generation with no member owns nothing.
+    /// `k` and `prefix` are the group's subscription (fixed at its first join).
+    State { gen: u64, k: u16, prefix: String, owners: Vec<(String, Vec<Bucket>)>, next: Vec<(Bucket, u64)> },
+    /// `member` has processed everything delivered to it below offset `next` in
+    /// generation `gen`: each bucket it owns there is committed at least to `next`.
+    Commit { gen: u64, member: String, next: u64 },
 }
 
-const GEN: u8 = 1;
+const STATE: u8 = 1;
 const COMMIT: u8 = 2;
 
 impl Event {
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(64);
         match self {
-            Event::Gen { gen, owners } => {
+            Event::State { gen, k, prefix, owners, next } => {
                 assert!(owners.len() <= MAX_MEMBERS, "a generation of {} members", owners.len());
-                out.push(GEN);
+                assert!(next.len() <= MAX_BUCKETS, "{} committed buckets", next.len());
+                assert!(prefix.len() <= u8::MAX as usize, "a prefix of {} bytes", prefix.len());
+                out.push(STATE);
                 out.extend_from_slice(&gen.to_le_bytes());
+                out.extend_from_slice(&k.to_le_bytes());
+                out.push(prefix.len() as u8);
+                out.extend_from_slice(prefix.as_bytes());
                 out.extend_from_slice(&(owners.len() as u16).to_le_bytes());
                 for (member, buckets) in owners {
                     put_id(&mut out, member);
@@ -35,12 +44,16 @@ impl Event {
                         out.extend_from_slice(&b.to_le_bytes());
                     }
                 }
+                out.extend_from_slice(&(next.len() as u16).to_le_bytes());
+                for (b, n) in next {
+                    out.extend_from_slice(&b.to_le_bytes());
+                    out.extend_from_slice(&n.to_le_bytes());
+                }
             }
-            Event::Commit { gen, member, bucket, next } => {
+            Event::Commit { gen, member, next } => {
                 out.push(COMMIT);
                 out.extend_from_slice(&gen.to_le_bytes());
                 put_id(&mut out, member);
-                out.extend_from_slice(&bucket.to_le_bytes());
                 out.extend_from_slice(&next.to_le_bytes());
             }
         }
@@ -50,8 +63,15 @@ impl Event {
     pub fn decode(bytes: &[u8]) -> Result<Event, String> {
         let mut r = Reader { bytes, at: 0 };
         let event = match r.u8()? {
-            GEN => {
+            STATE => {
                 let gen = r.u64()?;
+                let k = r.u16()?;
+                if k == 0 || k as usize > MAX_BUCKETS {
+                    return Err(format!("a group of {k} buckets per shard (1..={MAX_BUCKETS})"));
+                }
+                let n = r.u8()? as usize;
+                let prefix =
+                    String::from_utf8(r.take(n)?.to_vec()).map_err(|e| format!("prefix is not UTF-8 ({e})"))?;
                 let members = r.u16()? as usize;
                 if members > MAX_MEMBERS {
                     return Err(format!("a generation of {members} members (at most {MAX_MEMBERS})"));
@@ -66,9 +86,14 @@ impl Event {
                     let buckets = (0..n).map(|_| r.u16()).collect::<Result<Vec<_>, _>>()?;
                     owners.push((member, buckets));
                 }
-                Event::Gen { gen, owners }
+                let n = r.u16()? as usize;
+                if n > MAX_BUCKETS {
+                    return Err(format!("{n} committed buckets (at most {MAX_BUCKETS})"));
+                }
+                let next = (0..n).map(|_| Ok((r.u16()?, r.u64()?))).collect::<Result<Vec<_>, String>>()?;
+                Event::State { gen, k, prefix, owners, next }
             }
-            COMMIT => Event::Commit { gen: r.u64()?, member: r.id()?, bucket: r.u16()?, next: r.u64()? },
+            COMMIT => Event::Commit { gen: r.u64()?, member: r.id()?, next: r.u64()? },
             k => return Err(format!("unknown group event kind {k}")),
         };
         if r.at != bytes.len() {

@@ -5,12 +5,14 @@
 //! The unit of work is a bucket: `FNV-1a-64(stream name) mod (shard_count × k)`. Since
 //! `(h mod nk) mod n = h mod n`, bucket `b` lives wholly on shard `b mod n`, so a group's
 //! state is per shard and no executor asks another. Members own buckets per generation;
-//! every delivery and commit names its generation, and one from another generation, or
-//! for a bucket the member does not own in it, is refused: two live members never own a
-//! bucket in the same generation.
+//! every delivery and commit names its generation, and a commit from another generation,
+//! or by a member owning nothing in it, is refused: two live members never own a bucket
+//! in the same generation. A commit covers every bucket the member owns (delivery to a
+//! member is in offset order across its buckets).
 
 pub mod assign;
 pub mod event;
+pub mod table;
 #[cfg(test)]
 mod tests;
 
@@ -27,6 +29,9 @@ pub const MAX_BUCKETS: usize = MAX_K as usize;
 pub const MAX_MEMBERS: usize = 256;
 /// Bytes of a member id (UTF-8).
 pub const MAX_MEMBER_ID: usize = 128;
+/// Commits between two snapshots of a group's state in its stream: a fold reads at most
+/// this many events after the last `State`.
+pub const SNAPSHOT_EVERY: u32 = 64;
 
 /// FNV-1a-64, the hash that places a stream on a shard (protocol.md §3) and in a bucket.
 pub fn fnv1a64(name: &[u8]) -> u64 {
@@ -49,8 +54,8 @@ pub fn bucket_of(name: &[u8], shard_count: u16, k: u16) -> Bucket {
 pub enum Refusal {
     /// The member named another generation: it must take `current`'s assignment.
     Stale { current: u64 },
-    /// The bucket is not the member's in the current generation.
-    NotOwner { bucket: Bucket },
+    /// The member owns no bucket in the current generation.
+    NotOwner,
     /// The member has no session (it left, timed out, or the node took over): join again.
     NotMember,
     /// `MAX_MEMBERS` already.
@@ -84,6 +89,10 @@ pub struct Group {
     members: BTreeMap<String, u64>,
     /// When to open the next generation: a join or leave is waiting for it.
     rebalance_at: Option<u64>,
+    commits_since_state: u32,
+    /// The streams the group reads: names starting with this (set by the first join or
+    /// by the fold).
+    pub prefix: String,
 }
 
 impl Group {
@@ -102,7 +111,13 @@ impl Group {
             next: BTreeMap::new(),
             members: BTreeMap::new(),
             rebalance_at: None,
+            commits_since_state: 0,
+            prefix: String::new(),
         }
+    }
+
+    pub fn k(&self) -> u16 {
+        self.cfg.k
     }
 
     pub fn gen(&self) -> u64 {
@@ -123,35 +138,85 @@ impl Group {
     }
 
     /// Folds one event of the group's stream, in log order. An event that could not have
-    /// been written by `tick` or `commit` at its place is damage, reported, not applied.
+    /// been written by `tick`, `commit` or `snapshot` at its place is damage, reported,
+    /// not applied.
     pub fn apply(&mut self, event: &Event) -> Result<(), String> {
         match event {
-            Event::Gen { gen, owners } => {
-                if *gen <= self.gen {
-                    return Err(format!("generation {gen} after {}", self.gen));
+            Event::State { gen, k, prefix, owners, next } => {
+                if *k != self.cfg.k {
+                    return Err(format!("state of a group of {k} buckets per shard, folded as {}", self.cfg.k));
+                }
+                if *gen < self.gen || (*gen == self.gen && self.gen == 0) {
+                    return Err(format!("state of generation {gen} after {}", self.gen));
                 }
                 let mut next_owners = BTreeMap::new();
                 for (member, buckets) in owners {
                     for b in buckets {
-                        if self.buckets.binary_search(b).is_err() {
-                            return Err(format!("bucket {b} is not shard {}'s", self.cfg.shard));
-                        }
+                        self.check_bucket(*b)?;
                         if next_owners.insert(*b, member.clone()).is_some() {
                             return Err(format!("bucket {b} owned twice in generation {gen}"));
                         }
                     }
                 }
-                self.gen = *gen;
-                self.owners = next_owners;
-            }
-            Event::Commit { gen, member, bucket, next } => {
-                if *gen != self.gen || self.owners.get(bucket) != Some(member) {
-                    return Err(format!("commit of bucket {bucket} by {member} in generation {gen}, not its owner's"));
+                if *gen == self.gen && next_owners != self.owners {
+                    return Err(format!("a snapshot of generation {gen} with other owners"));
                 }
-                self.next.insert(*bucket, *next);
+                let mut committed = BTreeMap::new();
+                for (b, n) in next {
+                    self.check_bucket(*b)?;
+                    committed.insert(*b, *n);
+                }
+                self.gen = *gen;
+                self.prefix = prefix.clone();
+                self.owners = next_owners;
+                self.next = committed;
+                self.commits_since_state = 0;
+            }
+            Event::Commit { gen, member, next } => {
+                let mine: Vec<Bucket> = self.owned_by(member);
+                if *gen != self.gen || mine.is_empty() {
+                    return Err(format!("commit by {member} in generation {gen}, owning nothing there"));
+                }
+                for b in mine {
+                    let at = self.next.entry(b).or_insert(*next);
+                    *at = (*at).max(*next);
+                }
+                self.commits_since_state += 1;
             }
         }
         Ok(())
+    }
+
+    fn check_bucket(&self, b: Bucket) -> Result<(), String> {
+        match self.buckets.binary_search(&b) {
+            Ok(_) => Ok(()),
+            Err(_) => Err(format!("bucket {b} is not shard {}'s", self.cfg.shard)),
+        }
+    }
+
+    fn owned_by(&self, member: &str) -> Vec<Bucket> {
+        self.owners.iter().filter(|(_, m)| m.as_str() == member).map(|(&b, _)| b).collect()
+    }
+
+    /// The whole state as one event (to append): a fold may start from it.
+    pub fn snapshot(&self) -> Event {
+        let mut owners: BTreeMap<&str, Vec<Bucket>> = BTreeMap::new();
+        for (b, m) in &self.owners {
+            owners.entry(m.as_str()).or_default().push(*b);
+        }
+        Event::State {
+            gen: self.gen,
+            k: self.cfg.k,
+            prefix: self.prefix.clone(),
+            owners: owners.into_iter().map(|(m, b)| (m.to_string(), b)).collect(),
+            next: self.next.iter().map(|(&b, &n)| (b, n)).collect(),
+        }
+    }
+
+    /// Commits folded since the last `State`: the caller appends a snapshot when this
+    /// reaches `SNAPSHOT_EVERY`, which bounds what a fold reads.
+    pub fn commits_since_state(&self) -> u32 {
+        self.commits_since_state
     }
 
     /// After a fold on a node that takes over: no session survives it; members join
@@ -210,7 +275,8 @@ impl Group {
         self.rebalance_at = None;
         let members: Vec<String> = self.members.keys().cloned().collect();
         let owners = assign::assign(&self.buckets, &members, &self.owners);
-        let event = Event::Gen { gen: self.gen + 1, owners };
+        let next = self.next.iter().map(|(&b, &n)| (b, n)).collect();
+        let event = Event::State { gen: self.gen + 1, k: self.cfg.k, prefix: self.prefix.clone(), owners, next };
         self.apply(&event).expect("a generation this group opens folds");
         Some(event)
     }
@@ -220,21 +286,32 @@ impl Group {
         self.members.values().copied().chain(self.rebalance_at).min()
     }
 
-    /// A member commits a bucket's position; the returned event is applied already and is
-    /// to be appended (acknowledged to the member once durable).
-    pub fn commit(&mut self, member: &str, gen: u64, bucket: Bucket, next: u64, now_ms: u64) -> Result<Event, Refusal> {
-        self.check_owner(member, gen, bucket)?;
-        *self.members.get_mut(member).expect("check_owner found the member") = now_ms + self.cfg.session_ms;
-        let event = Event::Commit { gen, member: member.to_string(), bucket, next };
-        self.apply(&event).expect("a commit check_owner allowed folds");
+    /// A member commits: everything delivered to it below `next` is processed. The
+    /// returned event is applied already and is to be appended (acknowledged to the
+    /// member once durable).
+    pub fn commit(&mut self, member: &str, gen: u64, next: u64, now_ms: u64) -> Result<Event, Refusal> {
+        if !self.members.contains_key(member) {
+            return Err(Refusal::NotMember);
+        }
+        if gen != self.gen {
+            return Err(Refusal::Stale { current: self.gen });
+        }
+        if self.owned_by(member).is_empty() {
+            return Err(Refusal::NotOwner);
+        }
+        *self.members.get_mut(member).expect("checked above") = now_ms + self.cfg.session_ms;
+        let event = Event::Commit { gen, member: member.to_string(), next };
+        self.apply(&event).expect("a commit by an owner in the current generation folds");
         Ok(event)
     }
 
-    /// Where a delivery of `bucket` to `member` in generation `gen` starts: the committed
-    /// position, else `start` (the subscription's start).
-    pub fn deliver_from(&self, member: &str, gen: u64, bucket: Bucket, start: u64) -> Result<u64, Refusal> {
-        self.check_owner(member, gen, bucket)?;
-        Ok(self.committed(bucket).unwrap_or(start))
+    /// A join or leave waits for the next generation.
+    pub fn rebalancing(&self) -> bool {
+        self.rebalance_at.is_some()
+    }
+
+    pub fn is_member(&self, member: &str) -> bool {
+        self.members.contains_key(member)
     }
 
     /// The member's buckets in the current generation with their committed positions.
@@ -246,22 +323,6 @@ impl Group {
     /// None while a bucket has none.
     pub fn low_water(&self) -> Option<u64> {
         self.buckets.iter().map(|b| self.committed(*b)).collect::<Option<Vec<_>>>()?.into_iter().min()
-    }
-
-    fn check_owner(&self, member: &str, gen: u64, bucket: Bucket) -> Result<(), Refusal> {
-        if self.buckets.binary_search(&bucket).is_err() {
-            return Err(Refusal::Bad(format!("bucket {bucket} is not shard {}'s", self.cfg.shard)));
-        }
-        if !self.members.contains_key(member) {
-            return Err(Refusal::NotMember);
-        }
-        if gen != self.gen {
-            return Err(Refusal::Stale { current: self.gen });
-        }
-        if self.owners.get(&bucket).map(String::as_str) != Some(member) {
-            return Err(Refusal::NotOwner { bucket });
-        }
-        Ok(())
     }
 
     fn rebalance_by(&mut self, at_ms: u64) {

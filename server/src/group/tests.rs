@@ -22,18 +22,29 @@ impl Logged {
         self.log.push(e);
         Some(self.g.gen())
     }
-    fn commit(&mut self, m: &str, gen: u64, b: Bucket, next: u64, now: u64) -> Result<(), Refusal> {
-        let e = self.g.commit(m, gen, b, next, now)?;
+    fn commit(&mut self, m: &str, gen: u64, next: u64, now: u64) -> Result<(), Refusal> {
+        let e = self.g.commit(m, gen, next, now)?;
         self.log.push(e);
         Ok(())
     }
+    /// Where `member`'s delivery of `bucket` starts (None: from the log's start).
+    fn from(&self, member: &str, bucket: Bucket) -> Option<u64> {
+        let mine = self.g.assigned(member);
+        mine.iter().find(|(b, _)| *b == bucket).expect("the member owns the bucket").1
+    }
     /// The stream folded into a fresh group (what a node taking over sees), through the
-    /// bytes: the state must be the same.
+    /// bytes, from the start and from the last `State`: the state must be the same.
     fn refold(&self) -> Group {
+        let last = self.log.iter().rposition(|e| matches!(e, Event::State { .. })).unwrap_or(0);
+        let mut tail = Group::new(cfg());
+        for e in &self.log[last..] {
+            tail.apply(&Event::decode(&e.encode()).unwrap()).unwrap();
+        }
         let mut fresh = Group::new(cfg());
         for e in &self.log {
             fresh.apply(&Event::decode(&e.encode()).unwrap()).unwrap();
         }
+        assert_eq!((tail.gen, &tail.owners, &tail.next), (fresh.gen, &fresh.owners, &fresh.next));
         assert_eq!(fresh.gen, self.g.gen);
         assert_eq!(fresh.owners, self.g.owners);
         assert_eq!(fresh.next, self.g.next);
@@ -57,9 +68,15 @@ fn buckets_live_on_the_shard_of_their_streams() {
 #[test]
 fn events_round_trip_and_damage_is_an_error() {
     let events = [
-        Event::Gen { gen: 7, owners: vec![("a".into(), vec![1, 5]), ("b".into(), vec![3])] },
-        Event::Gen { gen: 8, owners: vec![] },
-        Event::Commit { gen: 8, member: "ü-member".into(), bucket: 3, next: u64::MAX },
+        Event::State {
+            gen: 7,
+            k: 4,
+            prefix: "order-".into(),
+            owners: vec![("a".into(), vec![1, 5]), ("b".into(), vec![3])],
+            next: vec![(5, 9)],
+        },
+        Event::State { gen: 8, k: 64, prefix: String::new(), owners: vec![], next: vec![] },
+        Event::Commit { gen: 8, member: "ü-member".into(), next: u64::MAX },
     ];
     for e in &events {
         let bytes = e.encode();
@@ -74,7 +91,7 @@ fn events_round_trip_and_damage_is_an_error() {
     assert!(Event::decode(&[9]).unwrap_err().contains("unknown"));
     // A member id of length 0, and one that is not UTF-8.
     assert!(Event::decode(&[2, 0, 0, 0, 0, 0, 0, 0, 0, 0]).unwrap_err().contains("member id"));
-    let mut bad = Event::Commit { gen: 1, member: "ab".into(), bucket: 1, next: 0 }.encode();
+    let mut bad = Event::Commit { gen: 1, member: "ab".into(), next: 0 }.encode();
     bad[10] = 0xff;
     assert!(Event::decode(&bad).unwrap_err().contains("UTF-8"));
 }
@@ -119,22 +136,25 @@ fn a_generation_opens_after_the_settle_window_and_fences_the_old_one() {
     let b = l.g.assigned("b");
     assert_eq!((a.len(), b.len()), (2, 2));
     let (ba, bb) = (a[0].0, b[0].0);
-    assert_eq!(l.g.deliver_from("a", 1, ba, 42), Ok(42), "nothing committed: the subscription's start");
-    l.commit("a", 1, ba, 500, 120).unwrap();
-    assert_eq!(l.g.deliver_from("a", 1, ba, 42), Ok(500));
-    assert_eq!(l.commit("a", 1, bb, 9, 130), Err(Refusal::NotOwner { bucket: bb }));
-    assert_eq!(l.commit("a", 0, ba, 9, 130), Err(Refusal::Stale { current: 1 }));
-    assert!(matches!(l.commit("a", 1, 2, 9, 130), Err(Refusal::Bad(_))), "bucket 2 is shard 0's");
+    assert_eq!(l.from("a", ba), None, "nothing committed: from the log's start");
+    l.commit("a", 1, 500, 120).unwrap();
+    assert_eq!(l.from("a", ba), Some(500));
+    assert_eq!(l.from("b", bb), None, "a's commit covers a's buckets only");
+    l.commit("a", 1, 300, 125).unwrap();
+    assert_eq!(l.from("a", ba), Some(500), "a commit never moves a bucket back");
+    assert_eq!(l.commit("a", 0, 9, 130), Err(Refusal::Stale { current: 1 }));
+    assert_eq!(l.commit("c", 1, 9, 130), Err(Refusal::NotMember));
     // b leaves: a new generation at once; b's old commits are refused.
     l.g.leave("b", 200);
     assert_eq!(l.tick(200), Some(2));
     assert_eq!(l.g.assigned("a").len(), 4);
-    assert_eq!(l.commit("b", 1, bb, 9, 210), Err(Refusal::NotMember));
-    assert_eq!(l.commit("a", 1, ba, 600, 210), Err(Refusal::Stale { current: 2 }));
+    assert_eq!(l.commit("b", 1, 9, 210), Err(Refusal::NotMember));
+    assert_eq!(l.commit("a", 1, 600, 210), Err(Refusal::Stale { current: 2 }));
     assert_eq!(l.g.heartbeat("a", 1, 210), Err(Refusal::Stale { current: 2 }));
-    l.commit("a", 2, bb, 700, 220).unwrap();
     // The committed position of a bucket survives the move of its owner.
-    assert_eq!(l.g.deliver_from("a", 2, ba, 0), Ok(500));
+    assert_eq!((l.from("a", ba), l.from("a", bb)), (Some(500), None));
+    l.commit("a", 2, 700, 220).unwrap();
+    assert_eq!((l.from("a", ba), l.from("a", bb)), (Some(700), Some(700)));
     l.refold();
 }
 
@@ -150,28 +170,36 @@ fn a_silent_member_times_out_and_a_take_over_forgets_sessions() {
     assert_eq!(l.tick(1_000), Some(2), "b sent nothing for a session");
     assert_eq!(l.g.members().collect::<Vec<_>>(), ["a"]);
     let b = l.g.assigned("a")[0].0;
-    l.commit("a", 2, b, 77, 1_100).unwrap();
+    l.commit("a", 2, 77, 1_100).unwrap();
     let mut taken = l.refold();
     taken.resume();
-    assert_eq!(taken.commit("a", 2, b, 78, 1_200), Err(Refusal::NotMember));
+    assert_eq!(taken.commit("a", 2, 78, 1_200), Err(Refusal::NotMember));
     taken.join("a", 1_200).unwrap();
     let e = taken.tick(1_300).expect("a rejoin opens a generation");
-    assert!(matches!(e, Event::Gen { gen: 3, .. }));
-    assert_eq!(taken.deliver_from("a", 3, b, 0), Ok(77), "the commit survived the take-over");
+    assert!(matches!(e, Event::State { gen: 3, .. }));
+    let from = taken.assigned("a").into_iter().find(|(x, _)| *x == b).unwrap().1;
+    assert_eq!(from, Some(77), "the commit survived the take-over");
 }
 
 #[test]
 fn a_fold_refuses_what_no_group_could_have_written() {
     let mut g = Group::new(cfg());
-    g.apply(&Event::Gen { gen: 2, owners: vec![("a".into(), vec![1])] }).unwrap();
-    let back = g.apply(&Event::Gen { gen: 2, owners: vec![] }).unwrap_err();
-    assert!(back.contains("generation 2 after 2"), "{back}");
-    let twice = Event::Gen { gen: 3, owners: vec![("a".into(), vec![1]), ("b".into(), vec![1])] };
+    let state =
+        |gen, owners: Vec<(String, Vec<Bucket>)>| Event::State { gen, k: 4, prefix: "p".into(), owners, next: vec![] };
+    let wrong_k = Event::State { gen: 1, k: 5, prefix: String::new(), owners: vec![], next: vec![] };
+    assert!(g.apply(&wrong_k).unwrap_err().contains("5 buckets"));
+    g.apply(&state(2, vec![("a".into(), vec![1])])).unwrap();
+    let back = g.apply(&state(1, vec![])).unwrap_err();
+    assert!(back.contains("generation 1 after 2"), "{back}");
+    let other = g.apply(&state(2, vec![])).unwrap_err();
+    assert!(other.contains("other owners"), "{other}");
+    g.apply(&state(2, vec![("a".into(), vec![1])])).expect("a snapshot of the same generation");
+    let twice = state(3, vec![("a".into(), vec![1]), ("b".into(), vec![1])]);
     assert!(g.apply(&twice).unwrap_err().contains("owned twice"));
-    let foreign = Event::Gen { gen: 3, owners: vec![("a".into(), vec![0])] };
+    let foreign = state(3, vec![("a".into(), vec![0])]);
     assert!(g.apply(&foreign).unwrap_err().contains("not shard 1's"));
-    let not_owner = Event::Commit { gen: 2, member: "b".into(), bucket: 1, next: 5 };
-    assert!(g.apply(&not_owner).unwrap_err().contains("not its owner's"));
+    let not_owner = Event::Commit { gen: 2, member: "b".into(), next: 5 };
+    assert!(g.apply(&not_owner).unwrap_err().contains("owning nothing"));
     assert_eq!(g.gen(), 2, "a refused event changes nothing");
 }
 
@@ -187,7 +215,7 @@ fn full_and_bad_members_are_refused() {
     assert!(matches!(g.join(&"x".repeat(MAX_MEMBER_ID + 1), 0), Err(Refusal::Bad(_))));
     let e = g.tick(100).unwrap();
     // More members than buckets: four own one each, the rest wait.
-    let Event::Gen { owners, .. } = &e else { panic!("{e:?}") };
+    let Event::State { owners, .. } = &e else { panic!("{e:?}") };
     assert_eq!(owners.iter().filter(|(_, b)| !b.is_empty()).count(), 4);
     assert_eq!(Event::decode(&e.encode()).unwrap(), e);
 }
@@ -218,12 +246,16 @@ fn random_histories_keep_the_invariants() {
                     let _ = l.g.heartbeat(&m, l.g.gen(), now);
                 }
                 _ => {
-                    let b = l.g.buckets()[rnd(4) as usize];
                     let gen = l.g.gen() - rnd(2).min(l.g.gen());
-                    let owner = l.g.owners.get(&b).cloned();
+                    let owns = l.g.owners.values().any(|o| *o == m);
                     let live = l.g.members.contains_key(&m);
-                    let took = l.commit(&m, gen, b, now, now).is_ok();
-                    assert_eq!(took, live && gen == l.g.gen() && owner.as_deref() == Some(&m));
+                    let took = l.commit(&m, gen, now, now).is_ok();
+                    assert_eq!(took, live && gen == l.g.gen() && owns);
+                    if l.g.commits_since_state() >= SNAPSHOT_EVERY {
+                        let snap = l.g.snapshot();
+                        l.g.apply(&snap).unwrap();
+                        l.log.push(snap);
+                    }
                     if took {
                         taken += 1
                     } else {

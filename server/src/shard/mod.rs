@@ -30,6 +30,7 @@ use std::time::{Duration, Instant};
 use corelog_client::codec::{self, ErrorCode, Role};
 
 use crate::coord::cell::ControlCell;
+use crate::group::table::Groups;
 use crate::index::LogIndex;
 use crate::metrics::ShardMetrics;
 use crate::producers::Producers;
@@ -153,6 +154,8 @@ pub struct Shard {
     /// A trim is running (one at a time; `retention::trim`).
     trimming: Cell<bool>,
     trim_done: Event,
+    /// Leader: the consumer groups this shard serves (`grouplog` opens them).
+    groups: Groups,
     metrics: ShardMetrics,
 }
 
@@ -218,6 +221,7 @@ impl Shard {
             open_conns: Cell::new(0),
             trimming: Cell::new(false),
             trim_done: Event::default(),
+            groups: Groups::default(),
             metrics,
         })
     }
@@ -236,6 +240,10 @@ impl Shard {
 
     pub fn metrics(&self) -> &ShardMetrics {
         &self.metrics
+    }
+
+    pub fn groups(&self) -> &Groups {
+        &self.groups
     }
 
     /// Resolves at the next change of the committed end or the log's end, or of the

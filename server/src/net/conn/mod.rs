@@ -24,6 +24,7 @@ use crate::shard::{AckForm, Answer, AppendReq, Refused, Shard, Taken};
 use corelog_runtime::sync::deadline;
 use corelog_runtime::tls_io;
 
+mod group;
 mod push;
 mod reads;
 
@@ -225,8 +226,10 @@ async fn read_loop(shard: &Rc<Shard>, rd: &mut tls_io::Reader, out: &Rc<Outbox>,
                     let push = Push { req_id, version: v, from, filter: None };
                     return Box::pin(push_until_closed(shard, rd, out, push, access)).await;
                 }
-                Request::Group(_) => {
-                    return Err((ErrorCode::BadVersion, "consumer groups are not served yet".into(), req_id))
+                Request::Group(g) => {
+                    let j = group::Join::of(g, req_id)?;
+                    rd.consume(used);
+                    return Box::pin(group::member(shard, rd, out, at, j)).await;
                 }
                 Request::Subscribe { stream, name, from } => {
                     need_v2(v, "Subscribe", req_id)?;
@@ -312,6 +315,9 @@ fn need_v2(version: u16, what: &str, req_id: u64) -> Result<(), Fail> {
 fn check_stream<'a>(shard: &Shard, s: StreamReq<'a>) -> Result<(&'a str, codec::Expect), Refused> {
     let bad = |m: String| Refused::Error(ErrorCode::BadRequest, m);
     let name = check_stream_name(s.name).map_err(bad)?;
+    if name.starts_with('$') {
+        return Err(bad(format!("stream {name:?}: names starting with '$' are reserved for the server")));
+    }
     let expect = s.expect().map_err(bad)?;
     let home = codec::stream_shard(s.name, shard.cfg().shard_count);
     debug_assert!(home < shard.cfg().shard_count, "stream {name:?} homed on shard {home}, outside the node");

@@ -1,0 +1,97 @@
+//! The consumer groups a shard serves: one cell per group, opened at a member's first
+//! join (the fold of the group's stream) and shared by that group's member connections
+//! and its coordinator task (`grouplog`). Nothing here awaits the disk.
+
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
+use std::rc::Rc;
+
+use corelog_runtime::sync::Event;
+
+use super::Group;
+
+/// Groups one shard serves at once (a bound on memory and on metric labels).
+pub const MAX_GROUPS: usize = 64;
+/// Buckets per shard of a group whose first join names none.
+pub const DEFAULT_K: u16 = 4;
+/// A member that sends nothing for this long leaves its group.
+pub const SESSION_MS: u64 = 10_000;
+/// Joins and leaves within this window open one generation together.
+pub const SETTLE_MS: u64 = 200;
+
+/// One group on one shard.
+pub struct GroupCell {
+    pub name: String,
+    /// Which streams the group reads (fixed by its first join).
+    pub prefix: String,
+    pub state: RefCell<Group>,
+    /// The newest generation whose `State` event is durable on both nodes: deliveries
+    /// under a generation start only once it is (0: none yet).
+    pub durable_gen: Cell<u64>,
+    /// An append of the group's stream failed: its state in memory may be ahead of the
+    /// log. Members end their sessions; the next join folds the stream again.
+    pub broken: Cell<bool>,
+    /// A generation became durable, a member joined or left, or the cell broke.
+    pub changed: Event,
+    /// One writer of the group's stream at a time, so that events reach the log in the
+    /// order they were applied in memory.
+    pub writing: glommio::sync::Semaphore,
+    /// The coordinator task (sessions and generations) runs.
+    pub ticking: Cell<bool>,
+}
+
+impl GroupCell {
+    pub fn new(name: &str, prefix: &str, group: Group) -> GroupCell {
+        GroupCell {
+            name: name.to_string(),
+            prefix: prefix.to_string(),
+            durable_gen: Cell::new(group.gen()),
+            state: RefCell::new(group),
+            broken: Cell::new(false),
+            changed: Event::default(),
+            writing: glommio::sync::Semaphore::new(1),
+            ticking: Cell::new(false),
+        }
+    }
+
+    /// Marks the cell broken and wakes everyone who waits on it.
+    pub fn break_off(&self) {
+        self.broken.set(true);
+        self.changed.notify();
+    }
+}
+
+/// The groups of one shard, by name.
+#[derive(Default)]
+pub struct Groups {
+    cells: RefCell<BTreeMap<String, Rc<GroupCell>>>,
+}
+
+impl Groups {
+    pub fn get(&self, name: &str) -> Option<Rc<GroupCell>> {
+        self.cells.borrow().get(name).filter(|c| !c.broken.get()).cloned()
+    }
+
+    /// Adds a cell (replacing a broken one of the same name); false when `MAX_GROUPS`
+    /// other groups are open.
+    pub fn insert(&self, cell: Rc<GroupCell>) -> bool {
+        let mut cells = self.cells.borrow_mut();
+        cells.retain(|_, c| !c.broken.get());
+        if cells.len() >= MAX_GROUPS && !cells.contains_key(&cell.name) {
+            return false;
+        }
+        cells.insert(cell.name.clone(), cell);
+        assert!(cells.len() <= MAX_GROUPS, "{} groups on one shard", cells.len());
+        true
+    }
+
+    /// Every open group (for metrics).
+    pub fn all(&self) -> Vec<Rc<GroupCell>> {
+        self.cells.borrow().values().filter(|c| !c.broken.get()).cloned().collect()
+    }
+}
+
+/// The reserved stream that holds a group's events on shard `shard`.
+pub fn stream_name(group: &str, shard: u16) -> String {
+    format!("$g/{group}/{shard}")
+}
