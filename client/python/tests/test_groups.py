@@ -125,3 +125,24 @@ def test_blocking_consumer_commits_and_a_later_member_starts_after_it(pair: Pair
         with client.consumer(group, "w3", prefix) as c:
             e = next(iter(c))
             assert (e.stream, e.version, e.payload) == (f"{prefix}1", 2, b"last")
+
+
+def test_a_member_whose_connection_drops_joins_again_and_resumes_from_its_commit(pair: Pair) -> None:
+    group, stream = uniq("grp-"), uniq("gd-") + "/s"
+
+    async def go() -> None:
+        async with corelog.aio.Client(pair.addrs, certs=str(pair.certs)) as client:
+            async with client.consumer(group, "m", stream) as c:
+                for i in range(3):
+                    await client.append_to(stream, b"%d" % i)
+                assert [(await c.next(timeout=30)).version for _ in range(3)] == [0, 1, 2]  # type: ignore[union-attr]
+                assert await c.commit()
+                await client.append_to(stream, b"3")
+                e = await c.next(timeout=30)  # handed out, not committed
+                assert e is not None and e.version == 3
+                gen = c.generations[e.shard]
+                c._members[e.shard].writer.close()  # type: ignore[union-attr]  # as if the network dropped it
+                again = await c.next(timeout=30)
+                assert again is not None and (again.version, again.payload) == (3, b"3") and again.gen > gen
+
+    asyncio.run(asyncio.wait_for(go(), 120))
