@@ -235,7 +235,8 @@ pub async fn commit(
     drop(permit);
     let offset = pending.durable(cell).await?;
     if let Some(s) = snap {
-        s.durable(cell).await?;
+        let at = s.durable(cell).await?;
+        cell.state_at.set(cell.state_at.get().max(at));
     }
     Ok(Ok(offset))
 }
@@ -245,6 +246,9 @@ pub async fn commit(
 async fn coordinate(shard: Rc<Shard>, cell: Rc<GroupCell>) {
     while !cell.broken.get() {
         publish(&shard, &cell);
+        if let Err(e) = keep_state(&shard, &cell).await {
+            log::warn!("shard {}: group {:?}: its state could not be written again: {e}", shard.id(), cell.name);
+        }
         // At least every `LAG_EVERY`, so that the lag gauges follow the log.
         let due = cell.state.borrow().next_deadline().unwrap_or(u64::MAX).min(now_ms() + LAG_EVERY);
         let due = Some(due);
@@ -260,6 +264,22 @@ async fn coordinate(shard: Rc<Shard>, cell: Rc<GroupCell>) {
             log::warn!("shard {}: group {:?} stops until a member joins again: {e}", shard.id(), cell.name);
         }
     }
+}
+
+/// Writes the group's whole state again once the last `State` lies below the log's last
+/// segment (see `GroupCell::state_at`).
+async fn keep_state(shard: &Shard, cell: &GroupCell) -> Result<(), String> {
+    if cell.state_at.get() >= shard.log().last_segment_first() || cell.state.borrow().gen() == 0 {
+        return Ok(());
+    }
+    let permit = cell.writing.acquire_permit(1).await.map_err(|e| e.to_string())?;
+    let snapshot = cell.state.borrow().snapshot();
+    cell.state.borrow_mut().apply(&snapshot).expect("a group's own snapshot folds");
+    let pending = stage(shard, cell, &snapshot).await?;
+    drop(permit);
+    let at = pending.durable(cell).await?;
+    cell.state_at.set(cell.state_at.get().max(at));
+    Ok(())
 }
 
 /// How often a group's lag is published at most.
@@ -278,7 +298,8 @@ async fn tick(shard: &Shard, cell: &GroupCell) -> Result<(), String> {
     let Event::State { gen, .. } = event else { unreachable!("tick opens generations only") };
     let pending = stage(shard, cell, &event).await?;
     drop(permit);
-    pending.durable(cell).await?;
+    let at = pending.durable(cell).await?;
+    cell.state_at.set(cell.state_at.get().max(at));
     if cell.durable_gen.get() < gen {
         cell.durable_gen.set(gen);
     }

@@ -29,13 +29,21 @@ const PREFIX: &str = "ev-";
 const STREAMS: u64 = 24;
 /// The appender stops after this many attempts whatever happens (a bounded load).
 const MAX_APPENDS: u64 = 200_000;
+/// Rounds of faults: a member killed, one added, the leader killed and restarted.
+const ROUNDS: usize = 3;
 
 /// (shard, offset) → (stream, version, payload) of every acknowledged append.
 type Acked = Arc<Mutex<BTreeMap<(u16, u64), (String, u64, Vec<u8>)>>>;
 
 /// Appends `e<k>` to `ev-<k mod STREAMS>` (and, every fifth, to a stream outside the
 /// prefix) until `stop`, following the leader; records what was acknowledged.
-fn appender(addrs: String, cfg: ClientConfig, stop: Arc<AtomicBool>, acked: Acked, failed: Arc<AtomicU64>) -> std::thread::JoinHandle<()> {
+fn appender(
+    addrs: String,
+    cfg: ClientConfig,
+    stop: Arc<AtomicBool>,
+    acked: Acked,
+    failed: Arc<AtomicU64>,
+) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
         let rt = runtime();
         rt.block_on(async {
@@ -100,9 +108,12 @@ struct Delivery {
     payload: Vec<u8>,
 }
 
+/// Acknowledged commits: (member, shard, gen) → the highest `next`.
+type Commits = BTreeMap<(usize, u16, u64), u64>;
+
 /// What the traces hold: deliveries, and acknowledged commits (member, shard, gen) → the
 /// highest `next`.
-fn read_traces(members: &[Member]) -> (Vec<Delivery>, BTreeMap<(usize, u16, u64), u64>) {
+fn read_traces(members: &[Member]) -> (Vec<Delivery>, Commits) {
     let (mut ds, mut cs) = (Vec::new(), BTreeMap::new());
     for (m, mem) in members.iter().enumerate() {
         let text = std::fs::read_to_string(&mem.trace).unwrap_or_default();
@@ -118,7 +129,10 @@ fn read_traces(members: &[Member]) -> (Vec<Delivery>, BTreeMap<(usize, u16, u64)
                     offset: f[3].parse().unwrap(),
                     stream: f[4].to_string(),
                     version: f[5].parse().unwrap(),
-                    payload: (0..f[6].len()).step_by(2).map(|i| u8::from_str_radix(&f[6][i..i + 2], 16).unwrap()).collect(),
+                    payload: (0..f[6].len())
+                        .step_by(2)
+                        .map(|i| u8::from_str_radix(&f[6][i..i + 2], 16).unwrap())
+                        .collect(),
                 }),
                 "C" => {
                     let key = (m, f[1].parse().unwrap(), f[2].parse().unwrap());
@@ -145,21 +159,26 @@ fn a_group_delivers_every_acknowledged_event_through_member_kills_and_a_leader_f
     let dir = c.dir.path().to_path_buf();
     let mut members: Vec<Member> = (0..3).map(|i| member(&addrs, &c.certs, &dir, i)).collect();
     let acks = |n: usize| acked.lock().unwrap().len() >= n;
-    wait_until("1,000 acknowledged appends", Duration::from_secs(60), || acks(1_000));
-    members[0].kill9();
-    members.push(member(&addrs, &c.certs, &dir, 3));
-    wait_until("3,000 acknowledged appends", Duration::from_secs(60), || acks(3_000));
-    c.nodes[leader].kill9();
-    let other = 1 - leader;
-    c.wait_health(Duration::from_secs(30), "the follower leading", |h| h[other].contains("role=leader"));
-    let before = acked.lock().unwrap().len();
-    wait_until("1,000 more acknowledged appends after the failover", Duration::from_secs(60), || acks(before + 1_000));
-    c.nodes[leader].spawn();
-    members[1].kill9();
-    members.push(member(&addrs, &c.certs, &dir, 4));
-    assert_eq!(c.wait_pair(Duration::from_secs(60)), other, "the restarted node took the lead back");
-    let before = acked.lock().unwrap().len();
-    wait_until("1,000 more acknowledged appends after the rejoin", Duration::from_secs(60), || acks(before + 1_000));
+    let more = |n: usize, what: &str| {
+        let before = acked.lock().unwrap().len();
+        wait_until(what, Duration::from_secs(60), || acks(before + n));
+    };
+    more(1_000, "1,000 acknowledged appends");
+    let mut leader = leader;
+    for round in 0..ROUNDS {
+        // A member dies, another joins; then the leader dies under it all.
+        members[round].kill9();
+        members.push(member(&addrs, &c.certs, &dir, members.len()));
+        more(1_000, "1,000 more acknowledged appends with the new member");
+        c.nodes[leader].kill9();
+        let other = 1 - leader;
+        c.wait_health(Duration::from_secs(30), "the follower leading", |h| h[other].contains("role=leader"));
+        more(1_000, "1,000 more acknowledged appends after the failover");
+        c.nodes[leader].spawn();
+        assert_eq!(c.wait_pair(Duration::from_secs(60)), other, "the restarted node took the lead back");
+        more(500, "500 more acknowledged appends after the rejoin");
+        leader = other;
+    }
     stop.store(true, Ordering::SeqCst);
     load.join().expect("the appender ends");
     let acked = acked.lock().unwrap().clone();
@@ -172,7 +191,12 @@ fn a_group_delivers_every_acknowledged_event_through_member_kills_and_a_leader_f
         if missing == 0 {
             break (ds, cs);
         }
-        assert!(Instant::now() < deadline, "{missing} of {} acknowledged events never delivered; {}", acked.len(), c.logs());
+        assert!(
+            Instant::now() < deadline,
+            "{missing} of {} acknowledged events never delivered; {}",
+            acked.len(),
+            c.logs()
+        );
         std::thread::sleep(Duration::from_millis(200));
     };
     for m in &mut members {
@@ -190,7 +214,7 @@ fn a_group_delivers_every_acknowledged_event_through_member_kills_and_a_leader_f
 }
 
 /// The history's checks (see the module docs).
-fn check(acked: &BTreeMap<(u16, u64), (String, u64, Vec<u8>)>, ds: &[Delivery], cs: &BTreeMap<(usize, u16, u64), u64>) {
+fn check(acked: &BTreeMap<(u16, u64), (String, u64, Vec<u8>)>, ds: &[Delivery], cs: &Commits) {
     let mut by_event: BTreeMap<(u16, u64), Vec<&Delivery>> = BTreeMap::new();
     for d in ds {
         assert!(d.stream.starts_with(PREFIX), "delivered outside the prefix: {d:?}");
@@ -216,7 +240,12 @@ fn check(acked: &BTreeMap<(u16, u64), (String, u64, Vec<u8>)>, ds: &[Delivery], 
         for (i, d) in got.iter().enumerate() {
             let committed = cs.get(&(d.member, d.shard, d.gen)).is_some_and(|&next| next > d.offset);
             let again = got[i + 1..].iter().find(|e| e.gen > d.gen);
-            assert!(!(committed && again.is_some()), "{at:?}: committed by member {} in gen {}, delivered again: {again:?}", d.member, d.gen);
+            assert!(
+                !(committed && again.is_some()),
+                "{at:?}: committed by member {} in gen {}, delivered again: {again:?}",
+                d.member,
+                d.gen
+            );
         }
     }
 }

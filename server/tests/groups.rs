@@ -229,3 +229,74 @@ fn two_members_share_a_prefix_and_hand_over_at_the_committed_position() {
     let mut e2 = Member::join(port, "g2", "e", "$g/");
     assert_eq!(e2.next().expect_err("a reserved prefix").0, 23);
 }
+
+/// Retention deletes whole sealed segments: a group's state must not go with them. After
+/// the log moves to a new segment the server writes the group's state again there; the
+/// segments below are trimmed on both nodes, the leader restarts, and a member that
+/// joins starts at the commit made before.
+#[test]
+fn a_groups_commits_outlive_the_trim_of_the_segments_that_held_them() {
+    let (_dir, mut p) = started_pair_in("groups_trim", &["--shard-count", "1", "--segment-bytes", "4194304"]);
+    let rt = runtime();
+    let (addr, port) = (p.leader.addr(), p.leader.ports.client);
+    append(&rt, &addr, 0, 100);
+    let mut a = Member::join(port, "keep", "a", "acct-");
+    let mut got = Got::new();
+    a.read_until(&mut got, |g| g.len() >= 75);
+    let end = got.iter().map(|g| g.0).max().unwrap() + 1;
+    a.commit(end).expect("a commits");
+    drop(a);
+    // 6 MiB of other events: the log rolls past its first segment.
+    let cfg = ClientConfig::insecure();
+    let last = rt.block_on(async {
+        let c = std::sync::Arc::new(Client::connect(&addr, &cfg).await.unwrap());
+        let tasks: Vec<_> = (0..8)
+            .map(|t| {
+                let c = c.clone();
+                tokio::spawn(async move {
+                    let mut last = 0;
+                    for _ in 0..768 {
+                        let a = c.append_to(&format!("other-{t}"), Expect::Any, &vec![b'x'; 1024]).await.unwrap();
+                        last = last.max(a.position.offset);
+                    }
+                    last
+                })
+            })
+            .collect();
+        let mut last = 0;
+        for t in tasks {
+            last = last.max(t.await.unwrap());
+        }
+        last
+    });
+    // The group's state, written again beyond every event of the old segments.
+    wait_until("the group's state written again", Duration::from_secs(20), || {
+        let recs = rt.block_on(read_all(&addr, &cfg, 0));
+        recs.iter().any(|r| r.offset > last && r.stream.as_ref().is_some_and(|s| s.name == "$g/keep/0"))
+    });
+    for node in [&p.leader, &p.follower] {
+        let out = std::process::Command::new(BIN)
+            .args([
+                "admin",
+                "trim",
+                "--insecure",
+                "--addr",
+                &node.addr(),
+                "--shard",
+                "0",
+                "--before",
+                &last.to_string(),
+            ])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let said = String::from_utf8_lossy(&out.stdout).to_string();
+        let first: u64 = said.split_whitespace().last().and_then(|f| f.parse().ok()).expect(&said);
+        assert!(first > end, "the segments holding the group's first state and commit are gone: {said}");
+    }
+    p.leader.kill9();
+    p.leader.start();
+    let mut c = Member::join(port, "keep", "c", "acct-");
+    c.assigned_after(0);
+    assert!(c.buckets.iter().all(|&(_, n)| n == end), "c starts at a's commit {end}: {:?}", c.buckets);
+}

@@ -36,8 +36,11 @@ pub struct GroupCell {
     /// One writer of the group's stream at a time, so that events reach the log in the
     /// order they were applied in memory.
     pub writing: glommio::sync::Semaphore,
-    /// The coordinator task (sessions and generations) runs.
-    pub ticking: Cell<bool>,
+    /// Where the newest durable `State` of the group sits in the log (0: not known since
+    /// the fold): the coordinator writes a fresh one once the log's last segment starts
+    /// above it, so that retention, which deletes whole sealed segments, never takes
+    /// the group's last `State`.
+    pub state_at: Cell<u64>,
 }
 
 impl GroupCell {
@@ -50,7 +53,7 @@ impl GroupCell {
             broken: Cell::new(false),
             changed: Event::default(),
             writing: glommio::sync::Semaphore::new(1),
-            ticking: Cell::new(false),
+            state_at: Cell::new(0),
         }
     }
 
@@ -72,13 +75,20 @@ impl Groups {
         self.cells.borrow().get(name).filter(|c| !c.broken.get()).cloned()
     }
 
-    /// Adds a cell (replacing a broken one of the same name); false when `MAX_GROUPS`
-    /// other groups are open.
+    /// Adds a cell (replacing a broken one of the same name). At `MAX_GROUPS` a group
+    /// without members and without a generation to open is closed to make room (its
+    /// state stays in its stream); false when every group has members.
     pub fn insert(&self, cell: Rc<GroupCell>) -> bool {
         let mut cells = self.cells.borrow_mut();
         cells.retain(|_, c| !c.broken.get());
         if cells.len() >= MAX_GROUPS && !cells.contains_key(&cell.name) {
-            return false;
+            let idle = |c: &GroupCell| {
+                let g = c.state.borrow();
+                g.members().next().is_none() && !g.rebalancing() && c.writing.available() == 1
+            };
+            let Some(name) = cells.iter().find(|(_, c)| idle(c)).map(|(n, _)| n.clone()) else { return false };
+            let closed = cells.remove(&name).expect("found above");
+            closed.break_off();
         }
         cells.insert(cell.name.clone(), cell);
         assert!(cells.len() <= MAX_GROUPS, "{} groups on one shard", cells.len());

@@ -172,7 +172,10 @@ impl Filter {
         match (self, r.stream) {
             (_, None) => false,
             (Filter::Stream { name, from_version }, Some(s)) => s.name == name && s.version >= *from_version,
-            (Filter::Prefix(p), Some(s)) => s.name.starts_with(p.as_str()),
+            // Reserved names (the server's own streams) only for a prefix that names them.
+            (Filter::Prefix(p), Some(s)) => {
+                s.name.starts_with(p.as_str()) && (p.starts_with('$') || !s.name.starts_with('$'))
+            }
         }
     }
 }
