@@ -33,17 +33,18 @@ run() { # $1 = nogroup|group
     done
     ( while :; do metric corelog_group_lag_records; echo; sleep 0.1; done ) >"$d.lag" & sampler=$!; PIDS+=("$sampler")
   fi
-  local delivered0; delivered0=$(metric corelog_group_delivered_total)
+  local delivered0 commits0; delivered0=$(metric corelog_group_delivered_total); commits0=$(metric corelog_group_commits_total)
   $L run --target 127.0.0.1:24400 --connections "$C" --rate "$R" --streams "$S" --duration "${D}s" --quiet \
     --json "$d.json" "${ctls[@]}" >/dev/null 2>"$d.loadgen.log"
-  local delivered; delivered=$(( $(metric corelog_group_delivered_total) - delivered0 ))
+  local delivered commits; delivered=$(( $(metric corelog_group_delivered_total) - delivered0 ))
+  commits=$(( $(metric corelog_group_commits_total) - commits0 ))
   local server_cpu; server_cpu=$(python3 -c "print('%.1f' % (($(cl_server_ticks) - $t0) / $(getconf CLK_TCK)))")
-  python3 - "$d.json" "$1" "$delivered" "$server_cpu" <<'EOF'
+  python3 - "$d.json" "$1" "$delivered" "$server_cpu" "$commits" <<'EOF'
 import json, sys
 r = json.load(open(sys.argv[1]))
-print("%-8s acked %7.0f/s  append p50 %6d us  p99 %7d us  errors %d  delivered to members %7.0f/s  server CPU %ss" % (
+print("%-8s acked %7.0f/s  append p50 %6d us  p99 %7d us  errors %d  delivered to members %7.0f/s  commits %5.0f/s  server CPU %ss" % (
     sys.argv[2], r["acked"] / r["window_s"], r["p50_us"], r["p99_us"], r["errors"],
-    int(sys.argv[3]) / r["window_s"], sys.argv[4]))
+    int(sys.argv[3]) / r["window_s"], int(sys.argv[5]) / r["window_s"], sys.argv[4]))
 EOF
   if [ "$1" = group ]; then
     kill "$sampler" 2>/dev/null || true
@@ -59,6 +60,7 @@ print("         committed lag over %d samples: p50 %d, p99 %d, max %d records = 
     len(lag), q(0.5), q(0.99), lag[-1], q(0.99) / rate, rate))
 EOF
     kill -9 "${members[@]}" 2>/dev/null || true
+    wait "${members[@]}" 2>/dev/null || true
   fi
   cl_stop
 }
