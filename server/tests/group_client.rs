@@ -218,3 +218,34 @@ fn tail_group_traces_assignments_events_and_commits_and_a_second_run_resumes() {
 fn hex(s: &str) -> Vec<u8> {
     (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
 }
+
+#[test]
+fn a_member_joins_again_after_its_leader_restarts_and_resumes_from_its_commits() {
+    let (_dir, mut pair) = started_pair_in("group_restart", &["--shard-count", "2"]);
+    let addr = pair.leader.addr();
+    let cfg = ClientConfig::insecure().with_failover_timeout(Duration::from_secs(20));
+    let rt = runtime();
+    let client = rt.block_on(Client::connect(&addr, &cfg)).unwrap();
+    let first = rt.block_on(append(&client, 0, 60));
+    let opts = ConsumerOptions::default();
+    let mut c = rt.block_on(Consumer::join(&addr, &cfg, "restart", "m", "acct-", &opts)).unwrap();
+    rt.block_on(async {
+        let mut got = Got::default();
+        while got.distinct().len() < first.len() {
+            take(&mut c, &mut got).await;
+        }
+        commit_all(&mut c).await;
+    });
+    pair.leader.kill9();
+    pair.leader.start();
+    let second = rt.block_on(append(&client, 60, 120));
+    let got = rt.block_on(async {
+        let mut got = Got::default();
+        while !second.is_subset(&got.distinct()) {
+            take(&mut c, &mut got).await;
+        }
+        got
+    });
+    assert!(got.distinct().is_disjoint(&first), "committed events are not delivered again");
+    assert!(c.stats().rejoins >= 2, "each shard's connection joined again: {:?}", c.stats());
+}
