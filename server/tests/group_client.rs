@@ -203,6 +203,26 @@ fn tail_group_traces_assignments_events_and_commits_and_a_second_run_resumes() {
         let next = committed.iter().filter(|c| c[0] == shard).map(|c| c[2].parse::<u64>().unwrap()).max();
         assert_eq!(next, last.map(|o| o + 1), "shard {shard}: {lines:?}");
     }
+    // `group describe` folds the group's streams: each bucket of a shard is committed
+    // where that shard's last commit said.
+    let out = Command::new(BIN).args(["group", "describe", "--insecure", "--addr", &addr, "cli"]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    let mut shard = String::new();
+    let mut buckets = 0;
+    for l in text.lines() {
+        let w: Vec<&str> = l.split(' ').collect();
+        match w[0] {
+            "shard" => shard = w[1].to_string(),
+            "bucket" => {
+                let next = committed.iter().filter(|c| c[0] == shard).map(|c| c[2].as_str()).last();
+                assert_eq!(Some(w[5]), next, "shard {shard}: {text}");
+                buckets += 1;
+            }
+            _ => panic!("{text}"),
+        }
+    }
+    assert_eq!(buckets, 4, "2 shards × k 2: {text}");
     // A later member of the same group starts at the commits: only what came since.
     let second = rt.block_on(append(&client, 40, 50));
     let n = second.len().to_string();
