@@ -215,7 +215,7 @@ fn tail_group_traces_assignments_events_and_commits_and_a_second_run_resumes() {
         match w[0] {
             "shard" => shard = w[1].to_string(),
             "bucket" => {
-                let next = committed.iter().filter(|c| c[0] == shard).map(|c| c[2].as_str()).last();
+                let next = committed.iter().filter(|c| c[0] == shard).map(|c| c[2].as_str()).next_back();
                 assert_eq!(Some(w[5]), next, "shard {shard}: {text}");
                 buckets += 1;
             }
