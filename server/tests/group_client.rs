@@ -5,7 +5,6 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::BufRead;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -145,34 +144,29 @@ fn two_members_share_a_prefix_and_the_survivor_resumes_from_the_commits() {
     });
 }
 
-/// Runs `corelog tail --group` with `args` until it exits (bounded); its stdout lines.
+/// Runs `corelog tail --group --trace` with `args` until it exits; its stdout lines.
 fn tail_group(addr: &str, args: &[&str]) -> Vec<String> {
-    let mut child = Command::new(BIN)
+    let child = Command::new(BIN)
         .args(["tail", "--insecure", "--addr", addr, "--trace"])
         .args(args)
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    let out = child.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in std::io::BufReader::new(out).lines() {
-            let _ = tx.send(line.unwrap());
+    // It exits by itself after --count events; one still running after WITHIN is
+    // killed, and fails the test.
+    let (exited, waited) = std::sync::mpsc::channel::<()>();
+    let pid = child.id().to_string();
+    let watchdog = std::thread::spawn(move || {
+        if waited.recv_timeout(WITHIN).is_err() {
+            let _ = Command::new("kill").args(["-9", &pid]).status();
         }
     });
-    let mut lines = Vec::new();
-    loop {
-        match rx.recv_timeout(WITHIN) {
-            Ok(l) => lines.push(l),
-            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
-            Err(e) => {
-                let _ = child.kill();
-                panic!("tail --group: no line within {WITHIN:?} ({e}); so far {lines:?}");
-            }
-        }
-    }
-    assert!(child.wait().unwrap().success(), "{lines:?}");
-    lines
+    let out = child.wait_with_output().unwrap();
+    let _ = exited.send(());
+    watchdog.join().unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(out.status.success(), "tail --group failed, or ran past {WITHIN:?}: {text}");
+    text.lines().map(String::from).collect()
 }
 
 #[test]
