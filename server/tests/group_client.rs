@@ -144,10 +144,10 @@ fn two_members_share_a_prefix_and_the_survivor_resumes_from_the_commits() {
     });
 }
 
-/// Runs `corelog tail --group --trace` with `args` until it exits; its stdout lines.
+/// Runs `corelog tail` with `args` until it exits; its stdout lines.
 fn tail_group(addr: &str, args: &[&str]) -> Vec<String> {
     let child = Command::new(BIN)
-        .args(["tail", "--insecure", "--addr", addr, "--trace"])
+        .args(["tail", "--insecure", "--addr", addr])
         .args(args)
         .stdout(Stdio::piped())
         .spawn()
@@ -178,8 +178,10 @@ fn tail_group_traces_assignments_events_and_commits_and_a_second_run_resumes() {
     let client = rt.block_on(Client::connect(&addr, &cfg)).unwrap();
     let first = rt.block_on(append(&client, 0, 40));
     let n = first.len().to_string();
-    let lines =
-        tail_group(&addr, &["--group", "cli", "--member", "m1", "--prefix", "acct-", "--k", "2", "--count", &n]);
+    let lines = tail_group(
+        &addr,
+        &["--trace", "--group", "cli", "--member", "m1", "--prefix", "acct-", "--k", "2", "--count", &n],
+    );
     let fields = |kind: &str| -> Vec<Vec<String>> {
         let of_kind = lines.iter().filter(|l| l.split(' ').next() == Some(kind));
         of_kind.map(|l| l.split(' ').skip(1).map(String::from).collect()).collect()
@@ -220,13 +222,20 @@ fn tail_group_traces_assignments_events_and_commits_and_a_second_run_resumes() {
     // A later member of the same group starts at the commits: only what came since.
     let second = rt.block_on(append(&client, 40, 50));
     let n = second.len().to_string();
-    let lines = tail_group(&addr, &["--group", "cli", "--prefix", "acct-", "--count", &n]);
+    let lines = tail_group(&addr, &["--trace", "--group", "cli", "--prefix", "acct-", "--count", &n]);
     let payloads: BTreeSet<String> = lines
         .iter()
         .filter(|l| l.starts_with("D "))
         .map(|l| String::from_utf8(hex(l.rsplit(' ').next().unwrap())).unwrap())
         .collect();
     assert_eq!(payloads, second, "{lines:?}");
+    // Without --trace, events print as `tail --prefix` prints them.
+    let lines = tail_group(&addr, &["--group", "plain", "--prefix", "acct-1", "--count", "2"]);
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    for l in &lines {
+        let f: Vec<&str> = l.split('\t').collect();
+        assert!(f.len() == 5 && f[2].starts_with("acct-1") && f[4].starts_with('k'), "{l}");
+    }
 }
 
 fn hex(s: &str) -> Vec<u8> {
