@@ -89,7 +89,7 @@ LAYERS = {
     # client: 0 rustls settings; 1 the wire format; 2 who leads; 3 the client
     # (connections, retries, requests); 4 the APIs on a client; 5 lib.rs (re-exports)
     "client": {"tls": 0, "record": 1, "codec": 1, "leadership": 2, "client": 3,
-               "producer": 4, "streams": 4, "subscribe": 4, "crate": 5},
+               "producer": 4, "streams": 4, "subscribe": 4, "group": 4, "crate": 5},
     # loadgen: 0 lib.rs (log label, parsing), /proc and /metrics readers; 1 one run;
     # 2 a run's results; 3 tables and plots; 4 a sweep of runs; 5 the command line
     "loadgen": {"crate": 0, "procstat": 0, "scrape": 0, "run": 1, "merge": 2, "result": 2,
@@ -106,7 +106,7 @@ LAYERS = {
     # client; 8 the public asyncio API; 9 the blocking API; 10 the package's re-exports
     "client/python": {"corelog.codec": 0, "corelog.errors": 1, "corelog.types": 2,
                       "corelog._leadership": 3, "corelog._connection": 4, "corelog._retry": 5,
-                      "corelog._producer": 6, "corelog._push": 6, "corelog._client": 7,
+                      "corelog._producer": 6, "corelog._push": 6, "corelog._group": 6, "corelog._client": 7,
                       "corelog.aio": 8, "corelog.sync": 9, "corelog.__init__": 10},
 }
 

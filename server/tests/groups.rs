@@ -1,5 +1,5 @@
 //! Consumer groups against a real pair, speaking the frames by hand (protocol version 4,
-//! docs/protocol.md §4.9):
+//! docs/protocol.md §11):
 //!
 //! - two members of one group split the buckets; every event under the prefix reaches
 //!   one of them, each stream's in order, nothing else; a member that leaves hands its

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, TypeVar
+from typing import Any, AsyncIterator, Callable, Dict, Iterator, List, Optional, Tuple, TypeVar
 
 import pytest
 
@@ -534,7 +534,7 @@ class RawConn:
         assert f is not None, "connection closed where an answer was due"
         return codec.parse_response(f)
 
-    def hello(self, version: int = codec.PROTOCOL_VERSION) -> codec.HelloOk:
+    def hello(self, version: int = codec.CLIENT_VERSION) -> codec.HelloOk:
         self.send(codec.Hello(version).encode(0))
         r = self.response()
         assert isinstance(r, codec.HelloOk), r
@@ -553,6 +553,18 @@ def error_of(r: codec.Response) -> Tuple[int, str]:
     if isinstance(r, codec.OutOfRangeResponse):
         return codec.ErrorCode.OUT_OF_RANGE, r.message
     return r.code, r.message
+
+
+async def requests_of(r: asyncio.StreamReader) -> AsyncIterator[Tuple[codec.Frame, codec.Request]]:
+    """What a fake node reads: each frame with its request, until the peer closes."""
+    dec = codec.FrameDecoder()
+    while True:
+        data = await r.read(65536)
+        if not data:
+            return
+        dec.feed(data)
+        for f in dec:
+            yield f, codec.parse_request(f)
 
 
 def frame(op: int, req_id: int, body: bytes) -> bytes:

@@ -10,9 +10,10 @@ import pytest
 
 from corelog import codec, errors
 from corelog.codec import (
-    Append, Append2, Appended, Appended2, ErrorCode, ErrorResponse, Expect, Frame, FrameDecoder, Hello, HelloOk,
-    OutOfRangeResponse, ProducerSeq, Read, ReadStream, Records, Role, StreamPos, StreamRecords, StreamReq,
-    Subscribe, Tail, Trim, Trimmed, WrongVersion,
+    Append, Append2, Appended, Appended2, ErrorCode, ErrorResponse, Expect, Frame, FrameDecoder, GroupAssigned,
+    GroupCommit, GroupCommitted, GroupHeartbeat, GroupJoin, GroupRecords, Hello, HelloOk, OutOfRangeResponse,
+    ProducerSeq, Read, ReadStream, Records, Role, StreamPos, StreamRecords, StreamReq, Subscribe, Tail, Trim, Trimmed,
+    WrongVersion,
 )
 
 H = bytes.fromhex
@@ -94,8 +95,13 @@ def _rand_bytes(rng: random.Random, n: int) -> bytes:
     return rng.getrandbits(8 * n).to_bytes(n, "little") if n else b""
 
 
+def _rand_text(rng: random.Random, n: int) -> str:
+    """``n`` characters of 1 to 4 bytes of UTF-8 each."""
+    return "".join(rng.choice("ab-é€😀") for _ in range(n))
+
+
 def _rand_request(rng: random.Random) -> codec.Request:
-    k = rng.randrange(9)
+    k = rng.randrange(12)
     u64 = lambda: rng.getrandbits(64)  # noqa: E731
     if k == 0:
         return Hello(rng.getrandbits(16))
@@ -119,11 +125,18 @@ def _rand_request(rng: random.Random) -> codec.Request:
         return Subscribe(rng.random() < 0.5, _rand_bytes(rng, rng.randrange(0, 50)), u64())
     if k == 7:
         return Trim(rng.getrandbits(16), u64())
+    if k == 8:
+        return GroupJoin(_rand_text(rng, rng.randrange(1, 33)), _rand_text(rng, rng.randrange(1, 33)),
+                         _rand_text(rng, rng.randrange(0, 63)), rng.randrange(codec.MAX_GROUP_K + 1))
+    if k == 9:
+        return GroupCommit(u64(), u64())
+    if k == 10:
+        return GroupHeartbeat(u64())
     return Append2(None, None, b"")
 
 
 def _rand_response(rng: random.Random) -> codec.Response:
-    k = rng.randrange(9)
+    k = rng.randrange(12)
     u64 = lambda: rng.getrandbits(64)  # noqa: E731
     if k == 0:
         version, epoch = rng.getrandbits(16), rng.getrandbits(32)
@@ -147,6 +160,13 @@ def _rand_response(rng: random.Random) -> codec.Response:
         return OutOfRangeResponse(u64(), "trimmed")
     if k == 7:
         return Trimmed(rng.getrandbits(16), u64())
+    if k == 8:
+        buckets = tuple((rng.getrandbits(16), u64()) for _ in range(rng.randrange(codec.MAX_GROUP_K + 1)))
+        return GroupAssigned(u64(), rng.getrandbits(16), rng.getrandbits(8), buckets)
+    if k == 9:
+        return GroupRecords(u64(), u64(), rng.getrandbits(32), _rand_bytes(rng, rng.randrange(100)))
+    if k == 10:
+        return GroupCommitted(u64(), u64(), u64())
     code = rng.choice([c for c in range(1, 30) if c not in (7, 21)])
     msg = "".join(rng.choice("abcé€😀 \t") for _ in range(rng.randrange(0, 60)))
     hint = None
@@ -352,3 +372,55 @@ def test_every_code_has_its_exception() -> None:
     assert errors.NotLeader("127.0.0.1:1").leader == "127.0.0.1:1"
     assert errors.ReplicationTimeout().outcome == errors.UNKNOWN
     assert errors.NotLeader().outcome == errors.NOT_WRITTEN
+
+
+def test_group_frames_are_the_documented_layout() -> None:
+    """Consumer groups (protocol version 4, client/src/codec/group.rs), byte for byte."""
+    assert (codec.PROTOCOL_VERSION, codec.GROUPS_VERSION, codec.CLIENT_VERSION) == (4, 4, 3)
+    assert ErrorCode.STALE_GENERATION == 25 and Hello().version == codec.CLIENT_VERSION
+    # len u32 · op u8 · req_id u64 · body
+    join = H("23000000" "0a" "0900000000000000" "07" + b"billing".hex() + "08" + b"worker-1".hex()
+             + "0600" + b"order-".hex() + "04")
+    commit = H("19000000" "0b" "0200000000000000" "0700000000000000" "0000000000010000")
+    beat = H("11000000" "0c" "0300000000000000" "ffffffffffffffff")
+    for req, data, req_id in [(GroupJoin("billing", "worker-1", "order-", 4), join, 9),
+                              (GroupCommit(7, 1 << 40), commit, 2), (GroupHeartbeat(2**64 - 1), beat, 3)]:
+        assert req.encode(req_id) == data
+        assert codec.parse_request(cut(data)) == req
+    assert GroupJoin("g", "m").encode(1)[13:] == H("01" "67" "01" "6d" "0000" "00")
+    assigned = H("2a000000" "88" "0500000000000000" "0300000000000000" "0200" "04" "0200"
+                 "0000" "ffffffffffffffff" "0600" "0c00000000000000")
+    empty = H("16000000" "88" "0500000000000000" "0400000000000000" "0100" "01" "0000")
+    records = H("20000000" "89" "0500000000000000" "0300000000000000" "6300000000000000" "01000000" "010203")
+    committed = H("21000000" "8a" "0500000000000000" "0300000000000000" "6300000000000000" "7800000000000000")
+    for resp, data in [(GroupAssigned(3, 2, 4, ((0, codec.NO_COMMIT), (6, 12))), assigned),
+                       (GroupAssigned(4, 1, 1, ()), empty), (GroupRecords(3, 99, 1, b"\x01\x02\x03"), records),
+                       (GroupCommitted(3, 99, 120), committed)]:
+        assert resp.encode(5) == data
+        assert codec.parse_response(cut(data)) == resp
+    # StaleGeneration is a plain error frame (no hint), raised as its own class.
+    stale = codec.parse_response(cut(codec.encode_error(2, ErrorCode.STALE_GENERATION, "gen 3 is not 4")))
+    assert stale == ErrorResponse(25, "gen 3 is not 4")
+    assert type(errors.error_for_code(25, "x")) is errors.StaleGeneration
+
+
+def test_bad_group_frames_are_errors() -> None:
+    join = bytearray(GroupJoin("ab", "m").encode(1))
+    join[13 + 1] = 0xFF  # the group name is not UTF-8
+    with pytest.raises(codec.CodecError, match="group not UTF-8"):
+        codec.parse_request(cut(bytes(join)))
+    short = GroupJoin("ab", "m").encode(1)[:-1]  # k missing
+    with pytest.raises(codec.CodecError, match="body truncated"):
+        codec.parse_request(cut(struct.pack("<I", len(short) - 4) + short[4:]))
+    long_name = struct.pack("<IBQB", 9 + 1 + 129, codec.Op.GROUP_JOIN, 1, 129) + b"g" * 129
+    with pytest.raises(codec.CodecError, match="group too long"):
+        codec.parse_request(cut(long_name))
+    too_many = struct.pack("<IBQQHBH", 9 + 13, codec.Op.GROUP_ASSIGNED, 1, 3, 1, 1, 500)
+    with pytest.raises(codec.CodecError, match="more buckets"):
+        codec.parse_response(cut(too_many))
+    trailing = GroupCommitted(1, 2, 3).encode(1) + b"\x00"
+    with pytest.raises(codec.CodecError, match="trailing bytes"):
+        codec.parse_response(cut(struct.pack("<I", len(trailing) - 4) + trailing[4:]))
+    for bad in (GroupJoin("g" * 129, "m"), GroupJoin("g", "m" * 129), GroupJoin("g", "m", "p" * 256)):
+        with pytest.raises(ValueError):
+            bad.encode(1)

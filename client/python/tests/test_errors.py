@@ -52,6 +52,7 @@ PROVOKED = {
     ErrorCode.BAD_REQUEST: "test_bad_request",
     ErrorCode.SHUTTING_DOWN: "test_shutting_down",
     ErrorCode.FORBIDDEN: "test_forbidden",
+    ErrorCode.STALE_GENERATION: "test_stale_generation",
 }
 #: Defined but not provoked here (see the module docstring for why).
 NOT_PROVOKED = {
@@ -458,6 +459,25 @@ def test_forbidden(make_pair, tmp_path) -> None:  # type: ignore[no-untyped-def]
         assert e.value.outcome == corelog.NOT_WRITTEN and 'stream "pay-1"' in e.value.message
         cl.append_to("order-1", b"allowed")
         assert [ev.payload for ev in cl.read_stream("order-1").events] == [b"allowed"]
+
+
+def test_stale_generation(pair: Pair) -> None:
+    """A consumer group's commit naming a generation other than the member's is refused
+    with code 25; the member's connection stays."""
+    with _raw(pair, _leader_shard_port(pair, 0)) as c:
+        assert c.hello(codec.GROUPS_VERSION).version == codec.GROUPS_VERSION
+        c.send(codec.GroupJoin(uniq("stale-"), "m", uniq("none-")).encode(1))
+        assigned = c.response()
+        assert isinstance(assigned, codec.GroupAssigned), assigned
+        for req_id in (2, 3):  # the first refusal left the connection open
+            c.send(codec.GroupCommit(assigned.gen + 1, 0).encode(req_id))
+            f = c.frame()
+            while f is not None and f.op == codec.Op.GROUP_RECORDS:  # progress of a prefix with no event
+                f = c.frame()
+            assert f is not None and f.req_id == req_id
+            code, _ = error_of(codec.parse_response(f))
+            assert code == ErrorCode.STALE_GENERATION
+    assert type(corelog.errors.error_for_code(25, "")) is corelog.StaleGeneration
 
 
 def test_replication_timeout(make_pair) -> None:  # type: ignore[no-untyped-def]

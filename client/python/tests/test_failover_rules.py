@@ -16,6 +16,8 @@ import corelog.aio
 from corelog import codec, errors
 from corelog.codec import ErrorCode, Hint, LeaderState, Leadership, Role
 
+from conftest import requests_of
+
 LEASE_MS = 200
 
 
@@ -45,54 +47,47 @@ class Fake:
 
     async def _serve(self, r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
         self.conns += 1
-        dec = codec.FrameDecoder()
         hellos, held = 0, []
         offset = 0
         try:
-            while True:
-                data = await r.read(65536)
-                if not data:
-                    return
-                dec.feed(data)
-                for f in dec:
-                    req = codec.parse_request(f)
-                    if isinstance(req, codec.Hello):
-                        if self.mode == "frozen" and hellos > 0:
-                            continue
-                        if self.mode.startswith("old:") and req.version > 2:
-                            msg = f"protocol version {req.version} unsupported; this server speaks 1 to 2"
-                            w.write(codec.ErrorResponse(ErrorCode.BAD_VERSION, msg, None).encode(f.req_id))
-                            await w.drain()
-                            w.close()
-                            return
-                        hellos += 1
-                        w.write(codec.HelloOk(req.version, 0, 1, self.role, self.epoch, self.leadership).encode(f.req_id))
-                        if self.mode.startswith("hold:") and hellos > int(self.mode[5:]):
-                            for rid in held:
-                                w.write(codec.Appended(0, offset).encode(rid))
-                                offset += 1
-                            held = []
+            async for f, req in requests_of(r):
+                if isinstance(req, codec.Hello):
+                    if self.mode == "frozen" and hellos > 0:
+                        continue
+                    if self.mode.startswith("old:") and req.version > 2:
+                        msg = f"protocol version {req.version} unsupported; this server speaks 1 to 2"
+                        w.write(codec.ErrorResponse(ErrorCode.BAD_VERSION, msg, None).encode(f.req_id))
+                        await w.drain()
+                        w.close()
+                        return
+                    hellos += 1
+                    w.write(codec.HelloOk(req.version, 0, 1, self.role, self.epoch, self.leadership).encode(f.req_id))
+                    if self.mode.startswith("hold:") and hellos > int(self.mode[5:]):
+                        for rid in held:
+                            w.write(codec.Appended(0, offset).encode(rid))
+                            offset += 1
+                        held = []
+                else:
+                    self.appends += 1
+                    if self.mode == "drop":
+                        w.close()
+                        return
+                    if self.mode == "frozen":
+                        continue
+                    if self.mode.startswith("hold:"):
+                        held.append(f.req_id)
+                    elif self.mode.startswith("old:"):
+                        await asyncio.sleep(float(self.mode[4:]))
+                        w.write(codec.Appended(0, offset).encode(f.req_id))
+                        offset += 1
+                    elif self.mode == "refuse":
+                        assert self.refusal is not None
+                        code, msg, h = self.refusal
+                        w.write(codec.ErrorResponse(code, msg, h).encode(f.req_id))
                     else:
-                        self.appends += 1
-                        if self.mode == "drop":
-                            w.close()
-                            return
-                        if self.mode == "frozen":
-                            continue
-                        if self.mode.startswith("hold:"):
-                            held.append(f.req_id)
-                        elif self.mode.startswith("old:"):
-                            await asyncio.sleep(float(self.mode[4:]))
-                            w.write(codec.Appended(0, offset).encode(f.req_id))
-                            offset += 1
-                        elif self.mode == "refuse":
-                            assert self.refusal is not None
-                            code, msg, h = self.refusal
-                            w.write(codec.ErrorResponse(code, msg, h).encode(f.req_id))
-                        else:
-                            w.write(codec.Appended(0, offset).encode(f.req_id))
-                            offset += 1
-                    await w.drain()
+                        w.write(codec.Appended(0, offset).encode(f.req_id))
+                        offset += 1
+                await w.drain()
         except (ConnectionError, OSError):
             return
 

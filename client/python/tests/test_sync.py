@@ -18,7 +18,7 @@ from conftest import Pair, uniq
 def test_append_read_back_and_server_info(pair: Pair) -> None:
     with corelog.Client(pair.addrs, certs=str(pair.certs)) as c:
         info = c.info()
-        assert (info.role, info.shard_count, info.version) == (Role.LEADER, 2, codec.PROTOCOL_VERSION)
+        assert (info.role, info.shard_count, info.version) == (Role.LEADER, 2, codec.CLIENT_VERSION)
         pos = c.append(b"Hello World")
         assert isinstance(pos, corelog.Position)
         recs = c.read(pos.shard, pos.offset, 4096)

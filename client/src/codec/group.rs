@@ -1,4 +1,4 @@
-//! Consumer-group frames (protocol version 4, docs/protocol.md §4.9): a member joins a
+//! Consumer-group frames (protocol version 4, docs/protocol.md §11): a member joins a
 //! group on a shard connection, which then carries the group's pushes (`Assigned`,
 //! `Records`) one way and the member's `Commit`s and `Heartbeat`s the other.
 

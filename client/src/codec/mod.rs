@@ -72,7 +72,7 @@ pub use response::{
 /// refusals that send a client elsewhere (`NotLeader`, `Unavailable`, `Fenced`,
 /// `ShuttingDown`) carry a [`Hint`].
 /// Version 4 adds consumer groups (`GroupJoin`, `GroupCommit`, `GroupHeartbeat` and
-/// their pushes; docs/protocol.md §4.9). A client that needs no group greets with
+/// their pushes; docs/protocol.md §11). A client that needs no group greets with
 /// [`CLIENT_VERSION`], so that it keeps leadership hints against a version-3 server.
 pub const PROTOCOL_VERSION: u16 = 4;
 /// The version a client greets with when it uses no consumer group: the newest a

@@ -11,13 +11,13 @@ from . import aio, codec, errors
 from .codec import ErrorCode, Expect, ProducerSeq, Record, Role, StreamPos, stream_shard
 from .errors import *  # noqa: F401,F403 - the exception classes are part of the top-level API
 from .errors import __all__ as _errors_all
-from .sync import Client, Producer, Subscription, Tail
-from .types import Appended, ClientConfig, Event, Position, ServerInfo, StreamAppended, StreamRead
+from .sync import Client, Consumer, Producer, Subscription, Tail
+from .types import Appended, ClientConfig, Event, GroupEvent, Position, ServerInfo, StreamAppended, StreamRead
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "aio", "codec", "errors", "Client", "Producer", "Subscription", "Tail", "ClientConfig", "Position",
-    "StreamAppended", "Appended", "StreamRead", "ServerInfo", "Event", "Record", "StreamPos", "ProducerSeq",
+    "aio", "codec", "errors", "Client", "Producer", "Subscription", "Tail", "Consumer", "ClientConfig", "Position",
+    "StreamAppended", "Appended", "StreamRead", "ServerInfo", "Event", "GroupEvent", "Record", "StreamPos", "ProducerSeq",
     "Expect", "ErrorCode", "Role", "stream_shard", *_errors_all,
 ]

@@ -1,7 +1,7 @@
 """The asyncio :class:`Client` (part of :mod:`corelog.aio`): appends, reads, trims and
 streams on the shards' direct ports, over the connection its :class:`~._retry.Nodes` base
-picks (one of several nodes, following leadership); tails, subscriptions and producers
-are made here and live in their own modules."""
+picks (one of several nodes, following leadership); tails, subscriptions, consumer-group
+members and producers are made here and live in their own modules."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from .codec import Append2, Expect, ExpectLike, Frame, Record, StreamReq
 from .errors import ClientClosed, CorelogError, InvalidArgument, NotSent, ProtocolError, ServerError, Unreachable
 from .types import ClientConfig, Position, StreamAppended, StreamRead
 from ._connection import Addrs, _check_int, _check_name, _check_payload, _records, _response
+from ._group import Consumer
 from ._producer import Producer
 from ._push import Subscription, Tail
 from ._retry import LOST, MOVE, Attempts, Nodes
@@ -243,6 +244,15 @@ class Client(Nodes):
         """The events of every stream whose name starts with ``prefix`` (``""``: all), on
         every shard, from ``positions`` (next offset per shard; missing: 0), live."""
         return Subscription(self._given, self.config, prefix=prefix, positions=positions)
+
+    def consumer(self, group: str, member: str, prefix: str = "", k: int = 0, auto_commit: bool = False,
+                 rejoin_timeout: Optional[float] = None) -> "Consumer":
+        """A member ``member`` of consumer group ``group`` for the streams whose name
+        starts with ``prefix``: ``async with c.consumer("billing", "w1") as m: async for
+        event in m: ...``, then ``await m.commit()``. See :class:`~corelog.aio.Consumer`."""
+        if self._closed:
+            raise ClientClosed("the client is closed")
+        return Consumer(self._given, self.config, group, member, prefix, k, auto_commit, rejoin_timeout)
 
     # ------------------------------------------------------------------ producers
 

@@ -108,9 +108,10 @@ async def _hello(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, fir
 
 
 async def _greet(addr: str, cfg: ClientConfig, then: bytes = b"",
-                 version: int = codec.PROTOCOL_VERSION) -> Tuple[asyncio.StreamReader, asyncio.StreamWriter, HelloOk, FrameDecoder]:
+                 version: int = codec.CLIENT_VERSION) -> Tuple[asyncio.StreamReader, asyncio.StreamWriter, HelloOk, FrameDecoder]:
     """Opens a connection and says ``Hello`` (then ``then``, in the same write): with
-    ``version``, and, when that is this client's newest and the server refuses it with
+    ``version``, and, when that is the version of connections without groups
+    (``codec.CLIENT_VERSION``) and the server refuses it with
     ``BadVersion`` (a server older than this client, as half-way through a rolling
     upgrade: docs/operations.md §15), once more on a new connection with
     ``codec.FALLBACK_VERSION``. A version the caller chose is not replaced."""
@@ -118,7 +119,7 @@ async def _greet(addr: str, cfg: ClientConfig, then: bytes = b"",
     try:
         r, dec = await _hello(reader, writer, Hello(version).encode(0) + then)
     except BadVersion:
-        if version != codec.PROTOCOL_VERSION:
+        if version != codec.CLIENT_VERSION:
             raise
         return await _greet(addr, cfg, then, codec.FALLBACK_VERSION)
     return reader, writer, r, dec
@@ -224,7 +225,7 @@ class Connection:
                 self._watch = asyncio.ensure_future(self._watchdog())
 
     @classmethod
-    async def open(cls, addr: str, cfg: ClientConfig, version: int = codec.PROTOCOL_VERSION,
+    async def open(cls, addr: str, cfg: ClientConfig, version: int = codec.CLIENT_VERSION,
                    timeout: Optional[float] = None, seen: Optional[Seen] = None) -> "Connection":
         """TCP, TLS and ``Hello``/``HelloOk``, all within ``timeout`` (default
         ``cfg.connect_timeout``) seconds. ``seen``: the client's leadership state (see the
@@ -258,7 +259,7 @@ class Connection:
                 return
             if quiet >= probe_after and self._probing is None:
                 self._probing = now
-                self._writer.write(Hello(codec.PROTOCOL_VERSION).encode(codec.PROBE_ID))
+                self._writer.write(Hello(codec.CLIENT_VERSION).encode(codec.PROBE_ID))
 
     def _abandon(self, why: str) -> None:
         """Gives the connection up: what waits fails with :class:`Abandoned`; the node is

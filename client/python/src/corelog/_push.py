@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
-from typing import Any, Deque, Dict, List, NoReturn, Optional, TypeVar, Union
+from typing import Any, Awaitable, Deque, Dict, Generic, List, NoReturn, Optional, TypeVar, Union
 
 from . import codec
 from .codec import FrameDecoder, Record, Role
@@ -22,18 +22,30 @@ from ._retry import Nodes
 
 __all__ = ["Tail", "Subscription"]
 
-P = TypeVar("P", bound="_Pushed")
+P = TypeVar("P", bound="_Pushed[Any]")
+I = TypeVar("I")  # noqa: E741 - what a push stream hands out
+T = TypeVar("T")
 
 
-class _Pushed:
-    """What a tail and a subscription share: ``async with`` starts and closes it, ``async
-    for`` takes what the server pushes until it ends."""
+class _Pushed(Generic[I]):
+    """What a tail, a subscription and a consumer share: ``async with`` starts and closes
+    it, ``async for`` takes what the server pushes until it ends (``next`` gives ``None``
+    once it is closed)."""
 
     async def start(self: P) -> P:
         raise NotImplementedError
 
     async def close(self) -> None:
         raise NotImplementedError
+
+    async def next(self, timeout: Optional[float] = None) -> Optional[I]:
+        raise NotImplementedError
+
+    async def __anext__(self) -> I:
+        item = await self.next()
+        if item is None:
+            raise StopAsyncIteration
+        return item
 
     async def __aenter__(self: P) -> P:
         return await self.start()
@@ -45,7 +57,18 @@ class _Pushed:
         return self
 
 
-class Tail(_Pushed):
+async def _timed(aw: Awaitable[T], timeout: Optional[float], what: str) -> T:
+    """``aw``, within ``timeout`` seconds when one is given: then :class:`RequestTimeout`
+    naming ``what`` did not come (the caller's stream goes on)."""
+    if timeout is None:
+        return await aw
+    try:
+        return await _within(aw, timeout)
+    except asyncio.TimeoutError:
+        raise RequestTimeout(f"no {what} within {timeout} s") from None
+
+
+class Tail(_Pushed[Record]):
     """A live tail of one shard: records pushed as they become committed, gap-free, in
     offset order, on a connection of its own (to the shard's direct port of the first
     node that answers). ``async for record in tail``; :meth:`close` (or ``async with``)
@@ -99,12 +122,6 @@ class Tail(_Pushed):
         reader, writer, _, dec = await _greet(direct, self._config, codec.Tail(self.shard, self._fetched).encode(1))
         self._reader, self._writer, self._dec = reader, writer, dec
 
-    async def __anext__(self) -> Record:
-        r = await self.next()
-        if r is None:
-            raise StopAsyncIteration
-        return r
-
     async def next(self, timeout: Optional[float] = None) -> Optional[Record]:
         """The next record (``None`` once closed); :class:`RequestTimeout` after ``timeout``
         (the tail goes on). Any other error ends the tail."""
@@ -113,9 +130,9 @@ class Tail(_Pushed):
         if self._reader is None and not self._done:
             await self.start()
         try:
-            r = await (self._next() if timeout is None else _within(self._next(), timeout))
-        except asyncio.TimeoutError:
-            raise RequestTimeout(f"no record within {timeout} s") from None
+            r = await _timed(self._next(), timeout, "record")
+        except RequestTimeout:
+            raise  # the tail goes on
         except CorelogError as e:
             # OutOfRange, a lost connection, bad bytes: nothing more will come.
             self._error = e
@@ -164,7 +181,7 @@ class Tail(_Pushed):
 # ---------------------------------------------------------------------- subscriptions
 
 
-class Subscription(_Pushed):
+class Subscription(_Pushed[Event]):
     """The events of one stream, or of every stream whose name starts with a prefix,
     catch-up from disk then live (``client/src/subscribe.rs``). A stream subscription is
     one connection to its shard's direct port on the leader; a prefix subscription one
@@ -267,9 +284,6 @@ class Subscription(_Pushed):
         except CorelogError as e:
             await self._queue.put(e)
 
-    async def __anext__(self) -> Event:
-        return await self.next()
-
     async def next(self, timeout: Optional[float] = None) -> Event:
         """The next event; :class:`RequestTimeout` if none within ``timeout`` seconds (the
         subscription goes on). Any other error ends the subscription."""
@@ -278,10 +292,7 @@ class Subscription(_Pushed):
         if not self._started:
             await self.start()
         assert self._queue is not None
-        try:
-            got = await (self._queue.get() if timeout is None else _within(self._queue.get(), timeout))
-        except asyncio.TimeoutError:
-            raise RequestTimeout(f"no event within {timeout} s") from None
+        got = await _timed(self._queue.get(), timeout, "event")
         if isinstance(got, BaseException):
             await self._fail(got)
         s = got.record.stream

@@ -36,13 +36,15 @@ Behaviour mirrors the Rust client (``client/src/client/``, docs/protocol.md §6)
 The implementation is split over private modules, all re-exported here (import from
 ``corelog.aio``): ``_connection`` (:class:`Connection`, answer parsing), ``_client``
 (:class:`Client`: connecting, leader following, reads, trims, streams), ``_producer``
-(:class:`Producer`) and ``_push`` (:class:`Tail`, :class:`Subscription`).
+(:class:`Producer`), ``_push`` (:class:`Tail`, :class:`Subscription`) and ``_group``
+(:class:`Consumer`, a consumer group's member).
 """
 
 from __future__ import annotations
 
 from ._client import Client, connect
 from ._connection import WINDOW, Connection
+from ._group import Consumer
 from ._producer import Producer
 from ._push import Subscription, Tail
 
@@ -55,10 +57,10 @@ from ._connection import (  # noqa: F401 - re-exported
 )
 from ._producer import _retried as _retried  # noqa: F401 - re-exported
 
-__all__ = ["Client", "Producer", "Tail", "Subscription", "Connection", "WINDOW", "connect"]
+__all__ = ["Client", "Producer", "Tail", "Subscription", "Consumer", "Connection", "WINDOW", "connect"]
 
 # The public classes and function present themselves as corelog.aio's, where they are documented.
-for _o in (Client, Producer, Tail, Subscription, Connection, connect):
+for _o in (Client, Producer, Tail, Subscription, Consumer, Connection, connect):
     _o.__module__ = __name__
 del _o
 

@@ -29,7 +29,7 @@ __all__ = [
     "BadVersion", "NotLeader", "NoSuchShard", "OutOfRange", "ReplicationTimeout", "Overloaded", "Fenced",
     "ShuttingDown", "Internal", "BadHandshake", "Unexpected", "Unavailable", "Diverged", "OutcomeUnknown",
     "SequenceGap", "UnknownProducer", "StaleSequence", "WrongExpectedVersion", "WrongShard", "BadRequest",
-    "Forbidden",
+    "Forbidden", "StaleGeneration",
     "Unreachable", "NotSent", "ConnectionClosed", "RequestTimeout", "Abandoned", "ProtocolError", "ProducerStopped",
     "InvalidArgument", "ConfigError", "ClientClosed", "Cancelled", "error_for_code", "SERVER_ERRORS",
 ]
@@ -246,13 +246,22 @@ class Forbidden(ServerError):
     outcome = NOT_WRITTEN
 
 
+class StaleGeneration(ServerError):
+    """25: a consumer group's member committed for a generation that is not the group's
+    current one (a rebalance happened), or its session ended. Nothing was committed; the
+    new assignment restarts from the committed positions."""
+
+    code = ErrorCode.STALE_GENERATION
+    outcome = NOT_WRITTEN
+
+
 SERVER_ERRORS: Dict[int, Type[ServerError]] = {
     cls.code: cls  # type: ignore[misc]
     for cls in (
         BadFrame, UnknownOpcode, TooLarge, BadVersion, NotLeader, NoSuchShard, OutOfRange,
         ReplicationTimeout, Overloaded, Fenced, ShuttingDown, Internal, BadHandshake, Unexpected,
         Unavailable, Diverged, OutcomeUnknown, SequenceGap, UnknownProducer, StaleSequence,
-        WrongExpectedVersion, WrongShard, BadRequest, Forbidden,
+        WrongExpectedVersion, WrongShard, BadRequest, Forbidden, StaleGeneration,
     )
 }
 

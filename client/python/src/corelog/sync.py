@@ -32,9 +32,9 @@ from typing import (
 from . import aio, codec
 from .codec import ExpectLike, Record
 from .errors import NOT_WRITTEN, UNKNOWN, ClientClosed
-from .types import Appended, ClientConfig, Event, Position, ServerInfo, StreamAppended, StreamRead
+from .types import Appended, ClientConfig, Event, GroupEvent, Position, ServerInfo, StreamAppended, StreamRead
 
-__all__ = ["Client", "Producer", "Tail", "Subscription"]
+__all__ = ["Client", "Producer", "Tail", "Subscription", "Consumer"]
 
 T = TypeVar("T")
 V = TypeVar("V")
@@ -152,7 +152,7 @@ class Client:
         self._aio = aio.Client(addrs, config, **settings)  # ConfigError before a thread is started
         self._loop = _Loop()
         self.config = self._aio.config
-        self._owned: List[Any] = []  # producers, tails, subscriptions: closed with the client
+        self._owned: List[Any] = []  # producers, tails, subscriptions, consumers: closed with the client
 
     def __enter__(self) -> "Client":
         self.connect()
@@ -257,6 +257,13 @@ class Client:
         from ``positions`` (next offset per shard), live."""
         return self._own(Subscription(self._loop, self._aio.subscribe_prefix(prefix, positions)))
 
+    def consumer(self, group: str, member: str, prefix: str = "", k: int = 0, auto_commit: bool = False,
+                 rejoin_timeout: Optional[float] = None) -> "Consumer":
+        """A member of consumer group ``group``: ``with client.consumer("billing", "w1") as
+        c: for event in c: ...``, then ``c.commit()``. See :class:`corelog.aio.Consumer`."""
+        return self._own(Consumer(self._loop, self._aio.consumer(group, member, prefix, k, auto_commit,
+                                                                 rejoin_timeout)))
+
     def producer(self, shard: int = 0, id: Optional[int] = None, next_seq: int = 0) -> "Producer":
         """An idempotent producer for ``shard`` (see :class:`corelog.aio.Producer`)."""
         return self._own(Producer(self._loop, self._run(self._aio.producer(shard, id, next_seq))))
@@ -267,8 +274,9 @@ class Client:
 
 
 class _OfAio(Generic[V]):
-    """A read-only attribute of a blocking producer: the attribute of the same name of
-    the asyncio producer it wraps (``_p``), read when asked, so the two never differ."""
+    """A read-only attribute of a blocking object (producer, tail, subscription,
+    consumer): the attribute of the same name of the asyncio object it wraps (``_p``),
+    read when asked, so the two never differ."""
 
     def __init__(self, doc: str) -> None:
         self.__doc__ = doc
@@ -280,12 +288,12 @@ class _OfAio(Generic[V]):
     def __get__(self, obj: None, owner: Optional[type] = None) -> "_OfAio[V]": ...
 
     @overload
-    def __get__(self, obj: "Producer", owner: Optional[type] = None) -> V: ...
+    def __get__(self, obj: Any, owner: Optional[type] = None) -> V: ...
 
-    def __get__(self, obj: "Optional[Producer]", owner: Optional[type] = None) -> Any:
+    def __get__(self, obj: Any, owner: Optional[type] = None) -> Any:
         return self if obj is None else getattr(obj._p, self._name)
 
-    def __set__(self, obj: "Producer", value: Any) -> None:
+    def __set__(self, obj: Any, value: Any) -> None:
         raise AttributeError(f"can't set attribute {self._name!r}")
 
 
@@ -332,16 +340,17 @@ class Producer:
         self.close()
 
 
-It = TypeVar("It", bound="_Iter")
+It = TypeVar("It", bound="_Iter[Any]")
 
 
-class _Iter:
-    """What a blocking tail and a blocking subscription share: the asyncio one (``_it``)
-    driven on the client's loop, started by ``with``, ended by ``close``."""
+class _Iter(Generic[V]):
+    """What a blocking tail, subscription and consumer share: the asyncio one (``_p``)
+    driven on the client's loop, started by ``with``, ended by ``close``; an iterator of
+    what it hands out, until it is closed."""
 
-    def __init__(self, loop: _Loop, it: Any) -> None:
+    def __init__(self, loop: _Loop, p: Any) -> None:
         self._loop = loop
-        self._it = it
+        self._p = p
 
     def _call(self, aw: Awaitable[T]) -> T:
         async def go() -> T:
@@ -350,64 +359,53 @@ class _Iter:
         return self._loop.run(go())
 
     def __enter__(self: It) -> It:
-        self._call(self._it.start())
+        self._call(self._p.start())
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        self.close()
+        # The asyncio one's exit: a consumer with auto_commit commits on a clean one.
+        if not self._loop.loop.is_closed():
+            self._call(self._p.__aexit__(*exc))
 
     def __iter__(self: It) -> It:
         return self
 
+    def __next__(self) -> V:
+        item = self._call(self._p.next())
+        if item is None:
+            raise StopIteration
+        return item
+
+    def next(self, timeout: Optional[float] = None) -> Optional[V]:
+        """The next item (``None`` once closed); :class:`~corelog.errors.RequestTimeout`
+        if none within ``timeout`` seconds (the iterator goes on)."""
+        return self._call(self._p.next(timeout))
+
     def close(self) -> None:
-        """Ends the tail or subscription."""
+        """Ends the tail, subscription or consumer."""
         if not self._loop.loop.is_closed():
-            self._call(self._it.close())
+            self._call(self._p.close())
 
 
-class Tail(_Iter):
+class Tail(_Iter[Record]):
     """Blocking live tail: an iterator of records."""
 
-    def __init__(self, loop: _Loop, t: aio.Tail) -> None:
-        super().__init__(loop, t)
-        self._t = t
-
-    @property
-    def next_offset(self) -> int:
-        """The offset after the last record handed out (where a new tail resumes)."""
-        return self._t.next_offset
-
-    def __next__(self) -> Record:
-        r = self._call(self._t.next())
-        if r is None:
-            raise StopIteration
-        return r
-
-    def next(self, timeout: Optional[float] = None) -> Optional[Record]:
-        """The next record; :class:`~corelog.errors.RequestTimeout` after ``timeout`` s."""
-        return self._call(self._t.next(timeout))
+    next_offset = _OfAio[int]("The offset after the last record handed out (where a new tail resumes).")
 
 
-class Subscription(_Iter):
+class Subscription(_Iter[Event]):
     """Blocking subscription: an iterator of :class:`~corelog.types.Event`."""
 
-    def __init__(self, loop: _Loop, s: aio.Subscription) -> None:
-        super().__init__(loop, s)
-        self._s = s
+    positions = _OfAio[Dict[int, int]]("The next offset per shard after the events handed out (to resume a prefix).")
+    next_version = _OfAio[int]("The version after the last event handed out (to resume a stream).")
 
-    @property
-    def positions(self) -> Dict[int, int]:
-        """The next offset per shard after the events handed out (to resume a prefix)."""
-        return self._s.positions
 
-    @property
-    def next_version(self) -> int:
-        """The version after the last event handed out (to resume a stream)."""
-        return self._s.next_version
+class Consumer(_Iter[GroupEvent]):
+    """Blocking consumer-group member: an iterator of :class:`~corelog.types.GroupEvent`;
+    :meth:`commit` commits what was handed out (see :class:`corelog.aio.Consumer`)."""
 
-    def __next__(self) -> Event:
-        return self._call(self._s.next())
+    generations = _OfAio[Dict[int, int]]("The generation of each shard's current assignment.")
 
-    def next(self, timeout: Optional[float] = None) -> Event:
-        """The next event; :class:`~corelog.errors.RequestTimeout` after ``timeout`` s."""
-        return self._call(self._s.next(timeout))
+    def commit(self) -> Dict[int, int]:
+        """Commits everything handed out so far; ``{shard: next}`` of the commits confirmed."""
+        return self._call(self._p.commit())

@@ -10,7 +10,7 @@ from typing import Any, Dict, List, NamedTuple, Optional
 from .codec import Leadership, Record, Role
 from .errors import ConfigError
 
-__all__ = ["Position", "StreamAppended", "Appended", "StreamRead", "ServerInfo", "Event", "ClientConfig"]
+__all__ = ["Position", "StreamAppended", "Appended", "StreamRead", "ServerInfo", "Event", "GroupEvent", "ClientConfig"]
 
 
 class Position(NamedTuple):
@@ -81,6 +81,37 @@ class Event:
 
     shard: int
     record: Record
+
+
+@dataclass(frozen=True)
+class GroupEvent:
+    """One event delivered to a consumer group's member: the shard it came from, the
+    generation of the assignment that delivered it, and the record (always of a stream)."""
+
+    shard: int
+    gen: int
+    record: Record
+
+    @property
+    def offset(self) -> int:
+        """Its offset in the shard's log."""
+        return self.record.offset
+
+    @property
+    def stream(self) -> str:
+        """The stream's name."""
+        assert self.record.stream is not None
+        return self.record.stream.name
+
+    @property
+    def version(self) -> int:
+        """Its version in the stream (0 for the stream's first event)."""
+        assert self.record.stream is not None
+        return self.record.stream.version
+
+    @property
+    def payload(self) -> bytes:
+        return self.record.payload
 
 
 @dataclass

@@ -1,6 +1,6 @@
 //! A consumer group member's connection: after `GroupJoin` the server pushes the
 //! member's assignments and the records of its buckets; the member sends commits and
-//! heartbeats. Closing the connection leaves the group (docs/protocol.md §4.9).
+//! heartbeats. Closing the connection leaves the group (docs/protocol.md §11).
 
 use std::cell::Cell;
 use std::collections::BTreeMap;

@@ -21,16 +21,20 @@ from __future__ import annotations
 # format's constants): callers reach them as corelog.codec.X.
 from .wire import (
     APPEND2_MAX_HEADER, APPEND_FLAG_PRODUCER, APPEND_FLAG_STREAM, APPENDED_FLAG_DUPLICATE, APPENDED_FLAG_VERSION,
-    CodecError, ErrorCode, EXPECT_ANY, EXPECT_EXACT, EXPECT_NO_STREAM, FALLBACK_VERSION, FRAME_HEADER_LEN,
-    HELLO_MAGIC, HINT_CODES, LEADERSHIP_VERSION, MAX_BODY, MAX_EXT_LEN, MAX_FRAME, MAX_PAYLOAD, MAX_READ_BYTES,
-    MAX_READ_COUNT, MAX_REPL_BATCH_BYTES, MAX_REQUEST_FRAME, MAX_STREAM_NAME, MIN_PROTOCOL_VERSION,
-    NO_STREAM_VERSION, Op, PROBE_ID, PRODUCER_EXT_LEN, PROTOCOL_VERSION, RECORD_FLAG_PRODUCER, RECORD_FLAG_STREAM,
+    CLIENT_VERSION, CodecError, ErrorCode, EXPECT_ANY, EXPECT_EXACT, EXPECT_NO_STREAM, FALLBACK_VERSION,
+    FRAME_HEADER_LEN, GROUPS_VERSION, HELLO_MAGIC, HINT_CODES, LEADERSHIP_VERSION, MAX_BODY, MAX_EXT_LEN, MAX_FRAME,
+    MAX_GROUP_K, MAX_GROUP_NAME, MAX_GROUP_PREFIX, MAX_MEMBER_ID, MAX_PAYLOAD, MAX_READ_BYTES, MAX_READ_COUNT,
+    MAX_REPL_BATCH_BYTES, MAX_REQUEST_FRAME, MAX_STREAM_NAME, MIN_PROTOCOL_VERSION, NO_COMMIT, NO_STREAM_VERSION, Op,
+    PROBE_ID, PRODUCER_EXT_LEN, PROTOCOL_VERSION, RECORD_FLAG_PRODUCER, RECORD_FLAG_STREAM,
     RECORD_FORMAT_VERSION, RECORD_FORMAT_VERSION_EXT, RECORD_HEADER_LEN, RECORD_KNOWN_FLAGS, RECORD_MAGIC,
     RecordError, Role, STREAM_EXT_FIXED, SUBSCRIBE_FLAG_STREAM,
 )
 from .frames import decode_frame, Frame, FrameDecoder
 from .records import (
     check_stream_name, crc32, decode_record, encode_record, iter_records, ProducerSeq, Record, StreamPos, verify_run,
+)
+from .group import (
+    GroupAssigned, GroupCommit, GroupCommitted, GroupHeartbeat, GroupJoin, GroupRecords, GroupRequest, GroupResponse,
 )
 from .requests import (
     Append, Append2, Expect, ExpectLike, Hello, parse_request, Read, ReadStream, Request, StreamReq, Subscribe,
@@ -43,7 +47,8 @@ from .responses import (
 from .placement import host_port, shard_addr, split_addrs, stream_shard
 
 __all__ = [
-    "PROTOCOL_VERSION", "MIN_PROTOCOL_VERSION", "FALLBACK_VERSION", "HELLO_MAGIC", "FRAME_HEADER_LEN", "MAX_PAYLOAD",
+    "PROTOCOL_VERSION", "CLIENT_VERSION", "GROUPS_VERSION", "MIN_PROTOCOL_VERSION", "FALLBACK_VERSION", "HELLO_MAGIC",
+    "FRAME_HEADER_LEN", "MAX_PAYLOAD",
     "MAX_READ_BYTES", "MAX_REPL_BATCH_BYTES", "MAX_FRAME", "MAX_STREAM_NAME", "APPEND2_MAX_HEADER",
     "MAX_REQUEST_FRAME", "MAX_READ_COUNT", "NO_STREAM_VERSION", "Op", "ErrorCode", "Role",
     "CodecError", "RecordError", "Frame", "FrameDecoder", "decode_frame", "ProducerSeq", "Expect",
@@ -52,5 +57,7 @@ __all__ = [
     "LEADERSHIP_VERSION", "LeaderState", "Leadership", "Hint", "HINT_CODES", "PROBE_ID",
     "Response", "parse_request", "parse_response", "encode_error", "StreamPos", "Record",
     "encode_record", "decode_record", "iter_records", "verify_run", "crc32", "stream_shard",
-    "check_stream_name", "shard_addr", "split_addrs",
+    "check_stream_name", "shard_addr", "split_addrs", "MAX_GROUP_NAME", "MAX_MEMBER_ID", "MAX_GROUP_PREFIX",
+    "MAX_GROUP_K", "NO_COMMIT", "GroupJoin", "GroupCommit", "GroupHeartbeat", "GroupAssigned", "GroupRecords",
+    "GroupCommitted", "GroupRequest", "GroupResponse",
 ]

@@ -11,9 +11,10 @@ from typing import Dict, NamedTuple, Optional, Type, Union
 
 from .wire import (
     APPEND_FLAG_PRODUCER, APPEND_FLAG_STREAM, CodecError, ErrorCode, EXPECT_ANY, EXPECT_EXACT, EXPECT_NO_STREAM,
-    HELLO_MAGIC, MAX_PAYLOAD, MAX_READ_BYTES, MAX_READ_COUNT, Op, PROTOCOL_VERSION, SUBSCRIBE_FLAG_STREAM, _U64,
+    HELLO_MAGIC, MAX_PAYLOAD, MAX_READ_BYTES, MAX_READ_COUNT, Op, CLIENT_VERSION, SUBSCRIBE_FLAG_STREAM, _U64,
 )
 from .frames import _Body, _Fixed, Frame, _frame
+from .group import GROUP_REQUEST_OPS, GroupRequest, parse_group_request
 from .records import ProducerSeq
 
 
@@ -102,7 +103,7 @@ class StreamReq(NamedTuple):
 
 @dataclass(frozen=True)
 class Hello:
-    version: int = PROTOCOL_VERSION
+    version: int = CLIENT_VERSION
 
     def encode(self, req_id: int = 0) -> bytes:
         return _frame(Op.HELLO, req_id, HELLO_MAGIC + struct.pack("<H", self.version))
@@ -196,7 +197,7 @@ class Trim(_Fixed, op=Op.TRIM, layout="<HQ"):
     before: int
 
 
-Request = Union[Hello, Append, Append2, Read, Tail, ReadStream, Subscribe, Trim]
+Request = Union[Hello, Append, Append2, Read, Tail, ReadStream, Subscribe, Trim, GroupRequest]
 
 _FIXED: Dict[int, Type[Union[Read, Tail, Trim]]] = {cls._OP: cls for cls in (Read, Tail, Trim)}
 
@@ -239,6 +240,8 @@ def parse_request(frame: Frame) -> Request:
         r = ReadStream(b.take(n), b.u64(), b.u32(), b.u32())
     elif op in _FIXED:
         r = _FIXED[op]._parse(b)
+    elif op in GROUP_REQUEST_OPS:
+        r = parse_group_request(b)
     else:
         raise CodecError(f"unknown opcode 0x{op:02x}", ErrorCode.UNKNOWN_OPCODE)
     b.end()

@@ -16,6 +16,7 @@ from .wire import (
     NO_STREAM_VERSION, Op, Role,
 )
 from .frames import _Body, _Fixed, Frame, _frame
+from .group import GROUP_RESPONSE_OPS, GroupResponse, parse_group_response
 
 
 class LeaderState(enum.IntEnum):
@@ -191,7 +192,7 @@ class ErrorResponse:
 
 
 Response = Union[HelloOk, Appended, Appended2, Records, StreamRecords, WrongVersion, OutOfRangeResponse, Trimmed,
-                 ErrorResponse]
+                 ErrorResponse, GroupResponse]
 
 _FIXED: Dict[int, Type[Union[Appended, Trimmed]]] = {cls._OP: cls for cls in (Appended, Trimmed)}
 
@@ -225,6 +226,8 @@ def parse_response(frame: Frame) -> Response:
         return StreamRecords(b.u16(), b.u64(), b.u64(), b.u32(), b.rest())
     elif op == Op.RECORDS:
         return Records(b.u16(), b.u64(), b.u32(), b.rest())
+    elif op in GROUP_RESPONSE_OPS:
+        r = parse_group_response(b)
     elif op == Op.ERROR:
         code = b.u16()
         n = b.u16()

@@ -8,13 +8,20 @@ from __future__ import annotations
 import enum
 
 
-#: Newest client protocol version (carried in ``Hello``); version 2 adds ``Append2``,
+#: Newest protocol version (carried in ``Hello``); version 2 adds ``Append2``,
 #: ``ReadStream``, ``Subscribe`` and error codes 18-23; version 3 adds leadership:
 #: ``HelloOk`` carries the node's :class:`Leadership`, and the refusals that send a client
-#: elsewhere carry a :class:`Hint` (docs/protocol.md §6.3).
-PROTOCOL_VERSION = 3
+#: elsewhere carry a :class:`Hint` (docs/protocol.md §6.3); version 4 adds consumer groups
+#: (``GroupJoin``, ``GroupCommit``, ``GroupHeartbeat``, their pushes, error code 25).
+PROTOCOL_VERSION = 4
+#: The version a connection greets with when it uses no consumer group: the newest a
+#: version-3 server (the release before groups) also speaks, so that such a server keeps
+#: giving leadership hints instead of refusing the greeting.
+CLIENT_VERSION = 3
+#: First protocol version with consumer groups: what a group member's connections greet with.
+GROUPS_VERSION = 4
 MIN_PROTOCOL_VERSION = 1
-#: The version a client opens with when a server refuses PROTOCOL_VERSION with BadVersion
+#: The version a client opens with when a server refuses CLIENT_VERSION with BadVersion
 #: (a server older than the client, as during a rolling upgrade): the oldest with every
 #: request the client sends. Such a connection learns nothing of leases and its refusals
 #: carry no hint (docs/operations.md §15).
@@ -43,6 +50,15 @@ MAX_REQUEST_FRAME = FRAME_HEADER_LEN + APPEND2_MAX_HEADER + MAX_PAYLOAD
 MAX_READ_COUNT = 10_000
 #: ``current`` of a ``WrongExpectedVersion`` error when the stream has no event.
 NO_STREAM_VERSION = 2**64 - 1
+#: Longest group name and member id, in bytes (UTF-8).
+MAX_GROUP_NAME = 128
+MAX_MEMBER_ID = 128
+#: Longest group prefix, in bytes (a stream name's bound).
+MAX_GROUP_PREFIX = MAX_STREAM_NAME
+#: Most buckets of a group per shard (``k``).
+MAX_GROUP_K = 64
+#: ``next`` of a bucket in ``GroupAssigned`` that has no committed position yet.
+NO_COMMIT = 2**64 - 1
 
 APPEND_FLAG_PRODUCER = 0x01
 APPEND_FLAG_STREAM = 0x02
@@ -80,12 +96,18 @@ class Op(enum.IntEnum):
     READ_STREAM = 0x06
     SUBSCRIBE = 0x07
     TRIM = 0x08
+    GROUP_JOIN = 0x0A
+    GROUP_COMMIT = 0x0B
+    GROUP_HEARTBEAT = 0x0C
     HELLO_OK = 0x81
     APPENDED = 0x82
     RECORDS = 0x83
     APPENDED2 = 0x84
     STREAM_RECORDS = 0x85
     TRIMMED = 0x86
+    GROUP_ASSIGNED = 0x88
+    GROUP_RECORDS = 0x89
+    GROUP_COMMITTED = 0x8A
     ERROR = 0xFF
 
 
@@ -116,6 +138,9 @@ class ErrorCode(enum.IntEnum):
     WRONG_SHARD = 22
     BAD_REQUEST = 23
     FORBIDDEN = 24
+    #: A consumer group's member named a generation that is not the group's current one,
+    #: or its session ended; nothing was committed.
+    STALE_GENERATION = 25
 
 
 class Role(enum.IntEnum):
