@@ -14,8 +14,25 @@
 use std::io::Write;
 
 use corelog_client::group::{CommitOutcome, Consumer, ConsumerOptions, Delivery};
+use corelog_client::{Client, Error};
+use corelog_server::group::event::Event;
+use corelog_server::group::{Config, Group};
 
 use crate::cli::{print_record, runtime, ConnArgs};
+
+/// `corelog group …`.
+#[derive(clap::Subcommand)]
+pub enum GroupCmd {
+    /// Per shard, a consumer group's generation, prefix, and each bucket's owner and
+    /// committed position, folded from the group's stream on that shard
+    /// (`$g/<group>/<shard>`): `shard S gen G k K prefix P`, then `bucket B owner M
+    /// committed N` lines (`-`: none). Reads every shard's whole log (a diagnostic).
+    Describe {
+        #[command(flatten)]
+        conn: ConnArgs,
+        group: String,
+    },
+}
 
 /// `tail`'s consumer-group options.
 #[derive(clap::Args, Debug, Clone)]
@@ -70,6 +87,58 @@ pub fn tail(conn: &ConnArgs, args: &GroupArgs, prefix: &str, count: Option<u64>,
         }
         Ok(())
     })
+}
+
+/// Prints what the group's streams say of it, shard by shard.
+pub fn describe(conn: &ConnArgs, group: &str) -> Result<(), String> {
+    let cfg = conn.config()?;
+    runtime().block_on(async {
+        let client = Client::connect(&conn.addr, &cfg).await.map_err(|e| e.to_string())?;
+        let shard_count = client.info().await.shard_count.max(1);
+        for shard in 0..shard_count {
+            let events = group_log(&client, group, shard).await.map_err(|e| e.to_string())?;
+            // A fold starts at the last `State` (a generation or a snapshot): it names
+            // the owners, and the commits after it move the positions.
+            let Some(last) = events.iter().rposition(|e| matches!(e, Event::State { .. })) else {
+                println!("shard {shard}: no generation");
+                continue;
+            };
+            let Event::State { k, owners, .. } = &events[last] else { unreachable!("found as a State") };
+            let mut g = Group::new(Config { shard, shard_count, k: *k, session_ms: 1, settle_ms: 0 });
+            for e in &events[last..] {
+                g.apply(e).map_err(|e| format!("shard {shard}: the group's stream is damaged: {e}"))?;
+            }
+            println!("shard {shard} gen {} k {k} prefix {:?}", g.gen(), g.prefix);
+            for b in g.buckets() {
+                let owner = owners.iter().find(|(_, bs)| bs.contains(b)).map_or("-", |(m, _)| m.as_str());
+                let committed = g.committed(*b).map_or("-".to_string(), |n| n.to_string());
+                println!("bucket {b} owner {owner} committed {committed}");
+            }
+        }
+        Ok(())
+    })
+}
+
+/// Every event still held in `group`'s stream on `shard`, decoded, found by reading the
+/// shard's whole log: the server refuses `ReadStream` of the names it reserves.
+async fn group_log(client: &Client, group: &str, shard: u16) -> Result<Vec<Event>, Error> {
+    let name = format!("$g/{group}/{shard}");
+    let c = client.for_shard(shard).await?;
+    let (mut out, mut from) = (Vec::new(), 0);
+    loop {
+        let records = match c.read(shard, from, 1 << 20).await {
+            Err(Error::OutOfRange { first, .. }) if first > from => {
+                from = first; // trimmed by retention: from the first held
+                continue;
+            }
+            r => r?,
+        };
+        let Some(last) = records.last() else { return Ok(out) };
+        from = last.offset + 1;
+        for r in records.iter().filter(|r| r.stream.as_ref().is_some_and(|s| s.name == name)) {
+            out.push(Event::decode(&r.payload).map_err(|e| Error::Protocol(format!("offset {}: {e}", r.offset)))?);
+        }
+    }
 }
 
 /// Prints one delivery (with `trace`, as the module docs say; else only the events, and

@@ -105,6 +105,11 @@ enum Cmd {
         #[command(flatten)]
         group: group::GroupArgs,
     },
+    /// Consumer groups (`tail --group` consumes as a member).
+    Group {
+        #[command(subcommand)]
+        cmd: group::GroupCmd,
+    },
     /// Verify a data directory offline (exit 0 sound, 1 torn tail, 2 corruption).
     Inspect {
         /// The data dir (two with --compare).
@@ -540,6 +545,7 @@ fn main() {
             cli::subscribe(&conn, cli::Follow::Prefix(p), count, hex)
         }
         Cmd::Tail { conn, shard, from, count, hex, .. } => cli::tail(&conn, shard, from, count, hex),
+        Cmd::Group { cmd: group::GroupCmd::Describe { conn, group } } => group::describe(&conn, &group),
         Cmd::Inspect { data_dirs, compare } => std::process::exit(match (compare, &data_dirs[..]) {
             (false, [d]) => inspect::run(d),
             (true, [a, b]) => inspect::compare(a, b),
