@@ -118,7 +118,24 @@ impl Client {
     /// (≤ `codec::MAX_READ_COUNT`) and about 1 MiB.
     pub async fn read_stream(&self, stream: &str, from_version: u64, max_count: u32) -> Result<StreamRead, Error> {
         let c = self.for_stream(stream).await?;
-        let reply = c
+        c.read_stream_here(stream, from_version, max_count).await
+    }
+
+    /// [`Client::read_stream`] on `shard`, whatever the name's hash says: the server keeps
+    /// a consumer group's state on each shard in a stream `$g/<group>/<shard>` of that
+    /// shard (read-only for clients).
+    pub async fn read_stream_on(
+        &self,
+        shard: u16,
+        stream: &str,
+        from_version: u64,
+        max_count: u32,
+    ) -> Result<StreamRead, Error> {
+        self.for_shard(shard).await?.read_stream_here(stream, from_version, max_count).await
+    }
+
+    async fn read_stream_here(&self, stream: &str, from_version: u64, max_count: u32) -> Result<StreamRead, Error> {
+        let reply = self
             .request(&Request::ReadStream {
                 name: stream.as_bytes(),
                 from_version,

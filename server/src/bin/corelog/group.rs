@@ -119,26 +119,38 @@ pub fn describe(conn: &ConnArgs, group: &str) -> Result<(), String> {
     })
 }
 
-/// Every event still held in `group`'s stream on `shard`, decoded, found by reading the
-/// shard's whole log: the server refuses `ReadStream` of the names it reserves.
+/// The events of `group`'s stream on `shard` from its last `State` on (read back from
+/// the stream's end, `FOLD_CHUNK` events at a time, as the server's fold does): the
+/// server writes a `State` at least every `SNAPSHOT_EVERY` commits, so this is bounded.
 async fn group_log(client: &Client, group: &str, shard: u16) -> Result<Vec<Event>, Error> {
+    const CHUNK: u64 = 2 * corelog_server::group::SNAPSHOT_EVERY as u64;
     let name = format!("$g/{group}/{shard}");
-    let c = client.for_shard(shard).await?;
-    let (mut out, mut from) = (Vec::new(), 0);
-    loop {
-        let records = match c.read(shard, from, 1 << 20).await {
-            Err(Error::OutOfRange { first, .. }) if first > from => {
-                from = first; // trimmed by retention: from the first held
-                continue;
+    let end = client.read_stream_on(shard, &name, u64::MAX, 0).await?.end_version;
+    let (mut tail, mut lo) = (Vec::new(), end);
+    for _ in 0..4 {
+        if lo == 0 {
+            break;
+        }
+        let from = lo.saturating_sub(CHUNK);
+        let read = match client.read_stream_on(shard, &name, from, (lo - from) as u32).await {
+            Err(Error::OutOfRange { first, .. }) if first > from && first < lo => {
+                client.read_stream_on(shard, &name, first, (lo - first) as u32).await?
             }
             r => r?,
         };
-        let Some(last) = records.last() else { return Ok(out) };
-        from = last.offset + 1;
-        for r in records.iter().filter(|r| r.stream.as_ref().is_some_and(|s| s.name == name)) {
-            out.push(Event::decode(&r.payload).map_err(|e| Error::Protocol(format!("offset {}: {e}", r.offset)))?);
+        let mut chunk = Vec::with_capacity(read.events.len());
+        for r in &read.events {
+            chunk.push(Event::decode(&r.payload).map_err(|e| Error::Protocol(format!("offset {}: {e}", r.offset)))?);
         }
+        let found = chunk.iter().rposition(|e| matches!(e, Event::State { .. }));
+        chunk.extend(tail);
+        tail = chunk;
+        if let Some(at) = found {
+            return Ok(tail.split_off(at));
+        }
+        lo = from;
     }
+    Ok(tail)
 }
 
 /// Prints one delivery (with `trace`, as the module docs say; else only the events, and

@@ -198,8 +198,8 @@ async fn read_loop(shard: &Rc<Shard>, rd: &mut tls_io::Reader, out: &Rc<Outbox>,
                 }
                 Request::ReadStream { name, from_version, max_count, max_bytes } => {
                     need_v2(v, "ReadStream", req_id)?;
-                    match check_stream(shard, StreamReq { name, expect_kind: 0, expected: 0 }) {
-                        Ok((name, _)) => {
+                    match check_read_stream(shard, name) {
+                        Ok(name) => {
                             let q = StreamRead { req_id, version: v, from: from_version, max_count, max_bytes };
                             Box::pin(read_stream(shard, out, name, q)).await?
                         }
@@ -329,6 +329,20 @@ fn check_stream<'a>(shard: &Shard, s: StreamReq<'a>) -> Result<(&'a str, codec::
         return Err(Refused::Error(ErrorCode::WrongShard, msg));
     }
     Ok((name, expect))
+}
+
+/// A `ReadStream`'s name: a stream `check_stream` allows, or a consumer group's own
+/// stream on this shard (`$g/<group>/<shard>`, read-only: `corelog group describe`).
+fn check_read_stream<'a>(shard: &Shard, name: &'a [u8]) -> Result<&'a str, Refused> {
+    let own = std::str::from_utf8(name).ok().filter(|n| {
+        n.starts_with("$g/")
+            && n.len() <= corelog_client::record::MAX_STREAM_NAME
+            && n.ends_with(&format!("/{}", shard.id()))
+    });
+    match own {
+        Some(n) => Ok(n),
+        None => check_stream(shard, StreamReq { name, expect_kind: 0, expected: 0 }).map(|(n, _)| n),
+    }
 }
 
 /// This node's view of leadership, as a version-3 `HelloOk` tells it.
