@@ -12,7 +12,7 @@ use corelog_client::codec::{ErrorCode, Expect};
 use corelog_client::record;
 use corelog_runtime::sync::Event as Wake;
 
-use crate::group::table::{stream_name, GroupCell, DEFAULT_K, SESSION_MS, SETTLE_MS};
+use crate::group::table::{stream_name, GroupCell, DEFAULT_K};
 use crate::group::{self, Event, Group, SNAPSHOT_EVERY};
 use crate::shard::{AckForm, Answer, AppendReq, Outcome, Refused, Shard, Taken};
 use crate::streamread::{self, Found};
@@ -43,8 +43,8 @@ pub async fn open(shard: &Rc<Shard>, name: &str, prefix: &str, k: u8) -> Result<
                 shard: shard.id(),
                 shard_count: shard.cfg().shard_count,
                 k,
-                session_ms: SESSION_MS,
-                settle_ms: SETTLE_MS,
+                session_ms: shard.cfg().groups.session_ms,
+                settle_ms: shard.cfg().groups.settle_ms,
             };
             let mut g = Group::new(cfg);
             g.prefix = prefix.to_string();

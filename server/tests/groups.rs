@@ -213,11 +213,17 @@ fn two_members_share_a_prefix_and_hand_over_at_the_committed_position() {
     // The commits survive kill -9 and restart of the leader.
     let last = again.last().unwrap().0 + 1;
     a.commit(last).expect("a commits all");
-    drop(a);
+    // Killed while `a` is connected: the generation folded at restart names a's session
+    // as the owner of every bucket. The same member id joining again is a new session: it
+    // gets a new generation, never the folded one.
+    let gen_before = a.gen;
     p.leader.kill9();
+    drop(a);
     p.leader.start();
     append(&rt, &addr, 600, 40);
-    let mut c = Member::join(port, "billing", "c", "acct-");
+    let mut c = Member::join(port, "billing", "a", "acct-");
+    c.assigned_after(0);
+    assert!(c.gen > gen_before, "after the restart: generation {} again (before: {gen_before})", c.gen);
     let mut after = Got::new();
     c.read_until(&mut after, |g| g.len() >= 30);
     assert!(after.iter().all(|g| g.0 >= last), "c starts at the last commit: {:?}", &after[..3]);
@@ -269,10 +275,17 @@ fn a_groups_commits_outlive_the_trim_of_the_segments_that_held_them() {
         }
         last
     });
-    // The group's state, written again beyond every event of the old segments.
+    // The group's state, written again in the segment that holds `last` (or a later one):
+    // the trim below `last` keeps that segment. Segment files are named by first offset.
+    let starts: Vec<u64> = std::fs::read_dir(p.leader.data.join("shard-0"))
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.strip_suffix(".log")?.parse().ok())
+        .collect();
+    let kept = starts.into_iter().filter(|&s| s <= last).max().unwrap();
+    assert!(kept > end, "the log rolled past the group's first state (segment at {kept})");
     wait_until("the group's state written again", Duration::from_secs(20), || {
         let recs = rt.block_on(read_all(&addr, &cfg, 0));
-        recs.iter().any(|r| r.offset > last && r.stream.as_ref().is_some_and(|s| s.name == "$g/keep/0"))
+        recs.iter().any(|r| r.offset >= kept && r.stream.as_ref().is_some_and(|s| s.name == "$g/keep/0"))
     });
     for node in [&p.leader, &p.follower] {
         let out = std::process::Command::new(BIN)
@@ -299,4 +312,30 @@ fn a_groups_commits_outlive_the_trim_of_the_segments_that_held_them() {
     let mut c = Member::join(port, "keep", "c", "acct-");
     c.assigned_after(0);
     assert!(c.buckets.iter().all(|&(_, n)| n == end), "c starts at a's commit {end}: {:?}", c.buckets);
+}
+
+/// `--group-session-ms`: a member that sends nothing (a frozen process) loses its session
+/// after that long: its connection ends with `StaleGeneration`, and a member that joins
+/// then gets every bucket.
+#[test]
+fn a_silent_member_loses_its_session_after_group_session_ms() {
+    let (_dir, p) = started_pair_in("groups_session", &["--shard-count", "1", "--group-session-ms", "300"]);
+    let port = p.leader.ports.client;
+    let t0 = std::time::Instant::now();
+    let mut a = Member::join(port, "s", "a", "acct-");
+    a.assigned_after(0);
+    assert_eq!(a.buckets.len(), 4);
+    let end = loop {
+        match a.next() {
+            Err(e) => break e,
+            Ok(r) => assert!(matches!(r, Response::Group(_)), "{r:?}"),
+        }
+    };
+    let after = t0.elapsed();
+    assert_eq!(end.0, 25, "{}", end.1);
+    assert!(end.1.contains("session ended"), "{}", end.1);
+    assert!(after >= Duration::from_millis(300) && after < Duration::from_secs(5), "ended after {after:?}");
+    let mut b = Member::join(port, "s", "b", "acct-");
+    b.assigned_after(a.gen);
+    assert_eq!(b.buckets.len(), 4, "{:?}", b.buckets);
 }

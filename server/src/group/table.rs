@@ -14,10 +14,21 @@ use super::Group;
 pub const MAX_GROUPS: usize = 64;
 /// Buckets per shard of a group whose first join names none.
 pub const DEFAULT_K: u16 = 4;
-/// A member that sends nothing for this long leaves its group.
-pub const SESSION_MS: u64 = 10_000;
-/// Joins and leaves within this window open one generation together.
-pub const SETTLE_MS: u64 = 200;
+/// How long a group's sessions last and how long it waits to open a generation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Timing {
+    /// A member that sends nothing for this long leaves its group (`--group-session-ms`).
+    pub session_ms: u64,
+    /// Joins and leaves within this window open one generation together
+    /// (`--group-settle-ms`).
+    pub settle_ms: u64,
+}
+
+impl Default for Timing {
+    fn default() -> Timing {
+        Timing { session_ms: 10_000, settle_ms: 200 }
+    }
+}
 
 /// One group on one shard.
 pub struct GroupCell {

@@ -65,6 +65,9 @@ pub struct ServeConfig {
     pub metrics_tls: bool,
     pub segment_bytes: u64,
     pub ack_timeout: Duration,
+    /// Consumer groups: a member silent this long leaves; joins and leaves within the
+    /// settle window open one generation (`--group-session-ms`, `--group-settle-ms`).
+    pub groups: crate::group::table::Timing,
     pub io_memory: usize,
     pub repl_memory_bytes: usize,
     /// `--catch-up-mb-per-s` (0: no limit).
@@ -109,6 +112,7 @@ impl ServeConfig {
             metrics_tls: false,
             segment_bytes,
             ack_timeout: d(10_000),
+            groups: Default::default(),
             io_memory: 512 * 1024,
             repl_memory_bytes: crate::shard::MAX_RECENT_BYTES,
             catch_up_mb_s: 0.0,

@@ -192,6 +192,7 @@ fn shard_config(place: &Place, cfg: &ServeConfig) -> ShardConfig {
         shard_count: cfg.shard_count,
         standalone: cfg.role == NodeRole::Standalone,
         ack_timeout: cfg.ack_timeout,
+        groups: cfg.groups,
         recent_bytes: cfg.repl_memory_bytes,
         catch_up_rate: cfg.catch_up_mb_s * 1e6,
         handshake_timeout: cfg.handshake_timeout,

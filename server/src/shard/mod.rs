@@ -67,6 +67,8 @@ pub struct ShardConfig {
     /// Acknowledge on local durability alone (no follower). Development/benchmark only.
     pub standalone: bool,
     pub ack_timeout: Duration,
+    /// Consumer groups' session time and settle window.
+    pub groups: crate::group::table::Timing,
     /// Heap bytes of recent batches kept for the replication link (buffers plus
     /// per-batch overhead; ≥ 2 batches are kept).
     pub recent_bytes: usize,

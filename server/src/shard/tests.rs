@@ -63,6 +63,7 @@ where
                 shard_count: 1,
                 standalone,
                 ack_timeout: ACK_TIMEOUT,
+                groups: Default::default(),
                 recent_bytes: MAX_RECENT_BYTES,
                 catch_up_rate: 0.0,
                 handshake_timeout: Duration::from_secs(5),

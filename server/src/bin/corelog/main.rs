@@ -316,6 +316,12 @@ struct ServeArgs {
     /// Fail an append not confirmed by the follower within this many milliseconds.
     #[arg(long, default_value_t = 10_000)]
     ack_timeout_ms: u64,
+    /// Consumer groups: a member that sends nothing for this many ms leaves its group.
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(100..=3_600_000))]
+    group_session_ms: u64,
+    /// Consumer groups: joins and leaves within this many ms open one generation.
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(0..=60_000))]
+    group_settle_ms: u64,
     /// io_uring registered buffer memory per executor (memlock is 8 MiB per user here).
     #[arg(long, default_value_t = 512 * 1024)]
     io_memory: usize,
@@ -453,6 +459,7 @@ fn serve_config(a: ServeArgs) -> Result<ServeConfig, String> {
         },
         segment_bytes: a.segment_bytes,
         ack_timeout: Duration::from_millis(a.ack_timeout_ms),
+        groups: corelog_server::group::table::Timing { session_ms: a.group_session_ms, settle_ms: a.group_settle_ms },
         io_memory: a.io_memory,
         handshake_timeout: Duration::from_millis(a.handshake_timeout_ms),
         max_connections: a.max_connections.map(|n| n as usize),

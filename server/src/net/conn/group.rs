@@ -20,15 +20,29 @@ use crate::grouplog::{self, now_ms};
 use crate::shard::{Refused, Shard};
 use corelog_runtime::tls_io;
 
-/// Sessions opened on this executor: a member's key in its group is its id and this
-/// number, so a member that reconnects before its old connection is seen closed holds
-/// two sessions, and the old one leaving takes nothing from the new one.
-fn session_no() -> u64 {
+/// A member's key in its group: its id, this process's start (nanoseconds since the
+/// epoch) and a number counted on this executor. A member that reconnects before its old
+/// connection is seen closed holds two sessions, and the old one leaving takes nothing
+/// from the new one; and a session after a restart or a take-over never carries the key
+/// of an owner in the generation folded from the log (it would be handed that owner's
+/// buckets under that old generation, fenced by nothing).
+fn session_key(member: &str) -> String {
     thread_local!(static NEXT: Cell<u64> = const { Cell::new(0) });
-    NEXT.with(|n| {
+    static BOOT: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    let boot = BOOT.get_or_init(|| {
+        let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        t.as_nanos() as u64
+    });
+    let n = NEXT.with(|n| {
         n.set(n.get() + 1);
         n.get()
-    })
+    });
+    // Room for the suffix (at most 1 + 16 + 1 + 20 bytes) within `MAX_MEMBER_ID`, cut on a
+    // character boundary.
+    let cut = (0..=member.len().min(88)).rev().find(|&i| member.is_char_boundary(i)).unwrap_or(0);
+    let key = format!("{}#{boot:x}.{n}", &member[..cut]);
+    debug_assert!(key.len() <= crate::group::MAX_MEMBER_ID, "a member key of {} bytes", key.len());
+    key
 }
 
 /// What a join asks for.
@@ -86,10 +100,7 @@ pub(super) async fn member(
             return Ok(());
         }
     };
-    // Room for the session number within `MAX_MEMBER_ID`, cut on a character boundary.
-    let cut = (0..=j.member.len().min(100)).rev().find(|&i| j.member.is_char_boundary(i)).unwrap_or(0);
-    let id = &j.member[..cut];
-    let key = format!("{id}#{}", session_no());
+    let key = session_key(&j.member);
     let joined = cell.state.borrow_mut().join(&key, now_ms());
     if let Err(r) = joined {
         let code = if r == Refusal::Full { ErrorCode::Overloaded } else { ErrorCode::BadRequest };
