@@ -58,7 +58,7 @@ pub async fn open(shard: &Rc<Shard>, name: &str, prefix: &str, k: u8) -> Result<
             if let Some(c) = shard.groups().get(name) {
                 c
             } else {
-                let c = Rc::new(GroupCell::new(name, &g.prefix.clone(), g));
+                let c = Rc::new(GroupCell::new(name, g));
                 if !shard.groups().insert(c.clone()) {
                     let msg = format!("shard {} serves {} groups already", shard.id(), group::table::MAX_GROUPS);
                     return Err(Refused::Error(ErrorCode::Overloaded, msg));
@@ -68,10 +68,10 @@ pub async fn open(shard: &Rc<Shard>, name: &str, prefix: &str, k: u8) -> Result<
             }
         }
     };
-    if cell.prefix != prefix {
-        return Err(bad(format!("group {name:?} reads prefix {:?}, not {prefix:?}", cell.prefix)));
+    let (have_prefix, have) = (cell.state.borrow().prefix.clone(), cell.state.borrow().k());
+    if have_prefix != prefix {
+        return Err(bad(format!("group {name:?} reads prefix {have_prefix:?}, not {prefix:?}")));
     }
-    let have = cell.state.borrow().k();
     if k != 0 && k as u16 != have {
         return Err(bad(format!("group {name:?} has {have} buckets per shard, not {k}")));
     }
@@ -222,11 +222,7 @@ pub async fn commit(
     let pending = stage(shard, cell, &event).await?;
     let snapshot = {
         let mut g = cell.state.borrow_mut();
-        (g.commits_since_state() >= SNAPSHOT_EVERY).then(|| {
-            let s = g.snapshot();
-            g.apply(&s).expect("a group's own snapshot folds");
-            s
-        })
+        (g.commits_since_state() >= SNAPSHOT_EVERY).then(|| g.snapshot())
     };
     let snap = match snapshot {
         Some(s) => Some(stage(shard, cell, &s).await?),
@@ -235,8 +231,7 @@ pub async fn commit(
     drop(permit);
     let offset = pending.durable(cell).await?;
     if let Some(s) = snap {
-        let at = s.durable(cell).await?;
-        cell.state_at.set(cell.state_at.get().max(at));
+        cell.state_written(s.durable(cell).await?);
     }
     Ok(Ok(offset))
 }
@@ -251,14 +246,9 @@ async fn coordinate(shard: Rc<Shard>, cell: Rc<GroupCell>) {
         }
         // At least every `LAG_EVERY`, so that the lag gauges follow the log.
         let due = cell.state.borrow().next_deadline().unwrap_or(u64::MAX).min(now_ms() + LAG_EVERY);
-        let due = Some(due);
-        let wait = due.map(|d| Duration::from_millis(d.saturating_sub(now_ms())));
-        match wait {
-            Some(d) if d.is_zero() => {}
-            Some(d) => {
-                futures_lite::future::or(glommio::timer::sleep(d), cell.changed.wait()).await;
-            }
-            None => cell.changed.wait().await,
+        let wait = Duration::from_millis(due.saturating_sub(now_ms()));
+        if !wait.is_zero() {
+            futures_lite::future::or(glommio::timer::sleep(wait), cell.changed.wait()).await;
         }
         if let Err(e) = tick(&shard, &cell).await {
             log::warn!("shard {}: group {:?} stops until a member joins again: {e}", shard.id(), cell.name);
@@ -273,12 +263,10 @@ async fn keep_state(shard: &Shard, cell: &GroupCell) -> Result<(), String> {
         return Ok(());
     }
     let permit = cell.writing.acquire_permit(1).await.map_err(|e| e.to_string())?;
-    let snapshot = cell.state.borrow().snapshot();
-    cell.state.borrow_mut().apply(&snapshot).expect("a group's own snapshot folds");
+    let snapshot = cell.state.borrow_mut().snapshot();
     let pending = stage(shard, cell, &snapshot).await?;
     drop(permit);
-    let at = pending.durable(cell).await?;
-    cell.state_at.set(cell.state_at.get().max(at));
+    cell.state_written(pending.durable(cell).await?);
     Ok(())
 }
 
@@ -298,8 +286,7 @@ async fn tick(shard: &Shard, cell: &GroupCell) -> Result<(), String> {
     let Event::State { gen, .. } = event else { unreachable!("tick opens generations only") };
     let pending = stage(shard, cell, &event).await?;
     drop(permit);
-    let at = pending.durable(cell).await?;
-    cell.state_at.set(cell.state_at.get().max(at));
+    cell.state_written(pending.durable(cell).await?);
     if cell.durable_gen.get() < gen {
         cell.durable_gen.set(gen);
     }

@@ -198,19 +198,22 @@ impl Group {
         self.owners.iter().filter(|(_, m)| m.as_str() == member).map(|(&b, _)| b).collect()
     }
 
-    /// The whole state as one event (to append): a fold may start from it.
-    pub fn snapshot(&self) -> Event {
+    /// The whole state as one event (to append; applied already, which starts the count
+    /// of `commits_since_state` again): a fold may start from it.
+    pub fn snapshot(&mut self) -> Event {
         let mut owners: BTreeMap<&str, Vec<Bucket>> = BTreeMap::new();
         for (b, m) in &self.owners {
             owners.entry(m.as_str()).or_default().push(*b);
         }
-        Event::State {
+        let event = Event::State {
             gen: self.gen,
             k: self.cfg.k,
             prefix: self.prefix.clone(),
             owners: owners.into_iter().map(|(m, b)| (m.to_string(), b)).collect(),
             next: self.next.iter().map(|(&b, &n)| (b, n)).collect(),
-        }
+        };
+        self.apply(&event).expect("a group's own snapshot folds");
+        event
     }
 
     /// Commits folded since the last `State`: the caller appends a snapshot when this

@@ -33,8 +33,8 @@ impl Default for Timing {
 /// One group on one shard.
 pub struct GroupCell {
     pub name: String,
-    /// Which streams the group reads (fixed by its first join).
-    pub prefix: String,
+    /// The group's state; its `prefix` (which streams it reads) is fixed by its first
+    /// join.
     pub state: RefCell<Group>,
     /// The newest generation whose `State` event is durable on both nodes: deliveries
     /// under a generation start only once it is (0: none yet).
@@ -55,10 +55,9 @@ pub struct GroupCell {
 }
 
 impl GroupCell {
-    pub fn new(name: &str, prefix: &str, group: Group) -> GroupCell {
+    pub fn new(name: &str, group: Group) -> GroupCell {
         GroupCell {
             name: name.to_string(),
-            prefix: prefix.to_string(),
             durable_gen: Cell::new(group.gen()),
             state: RefCell::new(group),
             broken: Cell::new(false),
@@ -66,6 +65,11 @@ impl GroupCell {
             writing: glommio::sync::Semaphore::new(1),
             state_at: Cell::new(0),
         }
+    }
+
+    /// A `State` event of the group is durable at `offset`.
+    pub fn state_written(&self, offset: u64) {
+        self.state_at.set(self.state_at.get().max(offset));
     }
 
     /// Marks the cell broken and wakes everyone who waits on it.
@@ -104,11 +108,6 @@ impl Groups {
         cells.insert(cell.name.clone(), cell);
         assert!(cells.len() <= MAX_GROUPS, "{} groups on one shard", cells.len());
         true
-    }
-
-    /// Every open group (for metrics).
-    pub fn all(&self) -> Vec<Rc<GroupCell>> {
-        self.cells.borrow().values().filter(|c| !c.broken.get()).cloned().collect()
     }
 }
 

@@ -9,10 +9,10 @@ use std::rc::Rc;
 use corelog_client::codec::{
     decode_frame_max, ErrorCode, GroupReq, GroupResp, Request, Response, GROUPS_VERSION, MAX_REQUEST_FRAME, NO_COMMIT,
 };
-use corelog_client::record::{self, RecordRef};
+use corelog_client::record::RecordRef;
 
 use super::super::outbox::Outbox;
-use super::push::TAIL_CHUNK;
+use super::push::{select, Filter, TAIL_CHUNK};
 use super::{answer_later, Fail};
 use crate::group::table::GroupCell;
 use crate::group::{bucket_of, Bucket, Refusal};
@@ -259,6 +259,7 @@ async fn push_gen(
     let (key, gen, req_id) = who;
     let Some(mut at) = starts.values().copied().min() else { return Ok(()) };
     let (n, k) = (shard.cfg().shard_count, cell.state.borrow().k());
+    let filter = Filter::Prefix(cell.state.borrow().prefix.clone());
     loop {
         let (changed, more) = (cell.changed.wait(), shard.changed());
         let moved = cell.state.borrow().gen() != gen || !cell.state.borrow().is_member(key);
@@ -288,33 +289,19 @@ async fn push_gen(
         }
         at += count as u64;
         assert!(at <= end, "a group push sends only committed records");
+        // The group's streams (never reserved ones: a group's prefix cannot name them), in
+        // the member's buckets, from each bucket's start.
         let keep = |r: &RecordRef<'_>| {
-            r.stream.is_some_and(|s| {
-                !s.name.starts_with('$')
-                    && s.name.starts_with(cell.prefix.as_str())
-                    && starts.get(&bucket_of(s.name.as_bytes(), n, k)).is_some_and(|&from| r.offset >= from)
-            })
+            filter.keeps(r)
+                && r.stream.is_some_and(|s| {
+                    starts.get(&bucket_of(s.name.as_bytes(), n, k)).is_some_and(|&from| r.offset >= from)
+                })
         };
-        let (kept, count) = select(&recs, keep);
+        let (kept, count) = select(&recs, count, keep);
         if count > 0 {
             shard.metrics().group_delivered.increment(count as u64);
             let r = Response::Group(GroupResp::Records { gen, next_offset: at, count, records: &kept });
             out.push(|b| r.encode(req_id, b));
         }
     }
-}
-
-/// The records of `recs` that `keep` keeps, and how many.
-fn select(recs: &[u8], keep: impl Fn(&RecordRef<'_>) -> bool) -> (Vec<u8>, u32) {
-    let (mut kept, mut n, mut p) = (Vec::new(), 0, 0);
-    // Verified by the log's read: a decoding error cannot happen here.
-    while let Ok((r, len)) = record::decode(&recs[p..]) {
-        if keep(&r) {
-            kept.extend_from_slice(&recs[p..p + len]);
-            n += 1;
-        }
-        p += len;
-    }
-    debug_assert_eq!(p, recs.len(), "records verified by the log's read decode to their end");
-    (kept, n)
 }

@@ -168,7 +168,7 @@ pub(super) enum Filter {
 }
 
 impl Filter {
-    fn keeps(&self, r: &corelog_client::record::RecordRef<'_>) -> bool {
+    pub(super) fn keeps(&self, r: &corelog_client::record::RecordRef<'_>) -> bool {
         match (self, r.stream) {
             (_, None) => false,
             (Filter::Stream { name, from_version }, Some(s)) => s.name == name && s.version >= *from_version,
@@ -183,12 +183,20 @@ impl Filter {
 /// The records of `recs` that `filter` keeps (all with none), and how many.
 pub(super) fn filtered<'a>(recs: &'a [u8], count: u32, filter: Option<&Filter>) -> (std::borrow::Cow<'a, [u8]>, u32) {
     let Some(f) = filter else { return (recs.into(), count) };
-    let mut kept = Vec::new();
-    let mut n = 0;
-    let mut p = 0;
+    let (kept, n) = select(recs, count, |r| f.keeps(r));
+    (kept.into(), n)
+}
+
+/// The `count` records of `recs` that `keep` keeps, and how many.
+pub(super) fn select(
+    recs: &[u8],
+    count: u32,
+    keep: impl Fn(&corelog_client::record::RecordRef<'_>) -> bool,
+) -> (Vec<u8>, u32) {
+    let (mut kept, mut n, mut p) = (Vec::new(), 0, 0);
     // Verified by the log's read: a decoding error cannot happen here.
     while let Ok((r, len)) = corelog_client::record::decode(&recs[p..]) {
-        if f.keeps(&r) {
+        if keep(&r) {
             kept.extend_from_slice(&recs[p..p + len]);
             n += 1;
         }
@@ -196,7 +204,7 @@ pub(super) fn filtered<'a>(recs: &'a [u8], count: u32, filter: Option<&Filter>) 
     }
     debug_assert_eq!(p, recs.len(), "records verified by the log's read decode to their end");
     assert!(n <= count, "a filter kept {n} of {count} records");
-    (kept.into(), n)
+    (kept, n)
 }
 
 /// Pushes committed records from `from` as they become durable (only those `filter`
