@@ -148,8 +148,8 @@ pub fn open(shard: u16, dir: &Path, max_producers: usize) -> Result<Boot, String
     if from != Some(tail_from) && !files.is_empty() {
         // The next start finds a checkpoint here.
         let epochs: Vec<(u32, u64)> = merged_epochs(&sealed);
-        let bytes = checkpoint::encode(tail_from, &index.streams, &index.producers.saved(), &epochs);
-        match checkpoint::write(dir, tail_from, &bytes).and_then(|_| checkpoint::remove(dir, |o| o < tail_from)) {
+        let ckpt = checkpoint::encode(tail_from, index.streams.heads_job().write(), &index.producers.saved(), &epochs);
+        match checkpoint::write(dir, tail_from, &ckpt.bytes).and_then(|_| checkpoint::remove(dir, |o| o < tail_from)) {
             Ok(_) => log::info!("shard {shard}: checkpoint written at offset {tail_from}"),
             Err(e) => log::warn!("shard {shard}: {e} (the next start reads more again)"),
         }
@@ -172,7 +172,20 @@ pub fn open(shard: u16, dir: &Path, max_producers: usize) -> Result<Boot, String
         ));
     }
     let took = (t1 - t0, t1.elapsed());
+    check_heads_later(shard, &index)?;
     Ok(Boot { index, sealed, tail, rebuilt, checkpoint: from, replayed, took })
+}
+
+/// Has every page of the checkpoint's stream heads read and checked on a thread of its
+/// own. Pages are checked when read; this reads each once, so that damage is found (and
+/// the node stops) before it is asked for, not months later.
+fn check_heads_later(shard: u16, index: &LogIndex) -> Result<(), String> {
+    let Some(check) = index.streams.heads_checker() else { return Ok(()) };
+    std::thread::Builder::new()
+        .name(format!("heads-check-{shard}"))
+        .spawn(check)
+        .map(drop)
+        .map_err(|e| format!("shard {shard}: a thread to check the checkpoint: {e}"))
 }
 
 /// The derived state of a shard directory as it is on disk now (a follower's log was cut
@@ -195,7 +208,7 @@ fn trim_state(dir: &Path, max_producers: usize) -> Result<LogIndex, String> {
     let (snap, _) = snapshot::apply(dir, snapshot::plan(dir)?, max_producers)?;
     let mut ix = LogIndex::new(max_producers);
     for (name, next) in snap.streams.next_versions() {
-        ix.streams.restore(name, next);
+        ix.streams.restore(&name, next);
     }
     ix.producers = snap.producers;
     Ok(ix)

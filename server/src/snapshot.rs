@@ -31,7 +31,8 @@ pub fn encode(first: u64, index: &LogIndex) -> Vec<u8> {
     let mut out = Vec::new();
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&first.to_le_bytes());
-    let mut streams: Vec<(&str, u64)> = index.streams.next_versions().collect();
+    let owned = index.streams.next_versions();
+    let mut streams: Vec<(&str, u64)> = owned.iter().map(|(n, v)| (&**n, *v)).collect();
     streams.sort_unstable(); // the same index always gives the same bytes
     encode_streams(&streams, &mut out);
     encode_producers(&index.producers.saved(), &mut out);

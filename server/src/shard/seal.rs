@@ -32,9 +32,9 @@ pub(crate) async fn roll(shard: &Rc<Shard>, shorten: bool) -> io::Result<()> {
     };
     let producers = shard.with_durable_producers(|p| p.saved());
     let epochs = shard.log().epochs_below(at);
-    let (runs, run_bytes, ckpt, rebase) = shard.update_index(|ix| {
+    let (runs, run_bytes, heads, rebase) = shard.update_index(|ix| {
         let (runs, bytes) = ix.streams.seal(seg, at);
-        (runs, bytes, checkpoint::encode(at, &ix.streams, &producers, &epochs), ix.streams.prepare_rebase())
+        (runs, bytes, ix.streams.heads_job(), ix.streams.prepare_rebase())
     });
     let run_bytes = Rc::new(run_bytes);
     shard.log().runs_pending(seg, run_bytes.clone());
@@ -47,20 +47,18 @@ pub(crate) async fn roll(shard: &Rc<Shard>, shorten: bool) -> io::Result<()> {
             p.await;
         }
         let blocking = move || {
-            write(id, &dir, sealed, (runs, bytes), at, &ckpt, shorten)?;
-            Ok::<_, String>(rebase(ckpt, checkpoint::HEADS_AT))
+            let ckpt = checkpoint::encode(at, heads.write(), &producers, &epochs);
+            write(id, &dir, sealed, (runs, bytes), at, &ckpt.bytes, shorten)?;
+            let src = checkpoint::Encoded::src(std::sync::Arc::new(ckpt.bytes), ckpt.pages_at);
+            Ok::<_, String>(rebase(src, ckpt.dir))
         };
         match glommio::executor().spawn_blocking(blocking).await {
             Ok(rebase) => {
                 log.runs_written(seg);
                 metrics.checkpoints.increment(1);
                 // The stream index lets go of what the checkpoint now holds.
-                match (rebase, me.upgrade()) {
-                    (Ok(r), Some(shard)) => {
-                        shard.update_index(|ix| ix.streams.rebase(r));
-                    }
-                    (Err(e), _) => log::warn!("shard {id}: the checkpoint at {at} just written: {e}"),
-                    (Ok(_), None) => {}
+                if let Some(shard) = me.upgrade() {
+                    shard.update_index(|ix| ix.streams.rebase(rebase));
                 }
             }
             Err(e) => {

@@ -142,7 +142,13 @@ impl Located {
     }
 }
 
-/// One stream of a checkpoint (`Streams::encode_heads`), checked: a name, a next version
+/// The next version of a checked entry in the checkpoint form.
+pub(super) fn head_next(b: &[u8]) -> u64 {
+    let at = 1 + b[0] as usize;
+    u64::from_le_bytes(b[at..at + 8].try_into().expect("checked at decode"))
+}
+
+/// One stream of a checkpoint (`Streams::heads_job`), checked: a name, a next version
 /// above every pointer, no more pointers than its runs allow, none at or above
 /// `active_from` (the checkpoint's offset). Without `keep` the pointers are only checked
 /// (the entry's `first` and `levels` are left empty: nothing allocated).

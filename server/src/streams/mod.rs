@@ -28,20 +28,23 @@
 //! is saved in each checkpoint (`checkpoint.rs`): next version, run count, first run and
 //! levels per stream.
 //!
-//! The newest checkpoint's heads are not decoded into the map: they stay as that
-//! checkpoint's bytes (`base.rs`), read in place, and a stream moves into the map when it
-//! is written. At each roll, once the roll's checkpoint is written, its heads become the
-//! base and the streams with no event in the new segment leave the map (`rebase`).
+//! The newest checkpoint's heads are not decoded into the map: they stay in that
+//! checkpoint's pages (`base.rs`, `pages.rs`) — its file after a start, its bytes after a
+//! roll — looked up when asked, and a stream moves into the map when it is written. At
+//! each roll, once the roll's checkpoint is written, its heads become the base and the
+//! streams with no event in the new segment leave the map (`rebase`). A start does
+//! nothing per stream: it reads the checkpoint's page directory.
 //!
-//! Memory: per stream in the base its encoded head (name + 14 bytes + 20 per pointer) and
-//! 20–36 bytes of table; per stream in the map `STREAM_BYTES` + its name + 24 bytes per
+//! Memory: per stream in the base nothing after a start (its page is read when asked; the
+//! directory is ≈ 40 bytes per 4 KiB page) and its encoded head (name + 14 bytes + 20 per
+//! pointer) after a roll; per stream in the map `STREAM_BYTES` + its name + 24 bytes per
 //! level (≤ log2 of its runs + 1), + 8 per event in the last segment. Reported by
 //! `corelog_stream_index_bytes`.
 //!
 //! Files: this one holds the index and what appends and reads ask of it; `entry.rs` one
 //! stream's entry and skip list; `seal.rs` runs made at a seal and taken back at a start;
-//! `heads.rs` the checkpoint form; `rebase.rs` a roll's checkpoint becoming the base;
-//! `base.rs` that base, read in place.
+//! `heads.rs` the checkpoint form; `pages.rs` its pages; `rebase.rs` a roll's checkpoint
+//! becoming the base; `base.rs` that base, read in place.
 
 use std::collections::HashMap;
 
@@ -54,11 +57,13 @@ use self::rebase::Instance;
 mod base;
 mod entry;
 mod heads;
+mod pages;
 mod rebase;
 mod seal;
 
 pub use self::entry::Located;
-pub use self::heads::{Head, Heads};
+pub use self::heads::{Head, HeadsJob, Written};
+pub use self::pages::{Dir, Src};
 pub use self::rebase::Rebase;
 
 /// Approximate bytes per stream besides its name, levels and last-segment offsets: the
@@ -98,7 +103,7 @@ impl Streams {
     pub fn current(&self, name: &str) -> Option<u64> {
         let next = match self.map.get(name) {
             Some(e) => e.next,
-            None => self.base.find(name).map_or(0, |i| self.base.next(i)),
+            None => self.base.find(name).map_or(0, |(_, e)| e.next),
         };
         next.checked_sub(1)
     }
@@ -108,8 +113,7 @@ impl Streams {
         if self.map.contains_key(name) {
             return;
         }
-        if let Some(i) = self.base.find(name) {
-            let e = self.base.entry(i);
+        if let Some((i, e)) = self.base.find(name) {
             self.base.shadow(i);
             self.name_bytes += name.len();
             self.level_slots += e.levels.capacity();
@@ -198,13 +202,16 @@ impl Streams {
         };
         match self.map.get(name) {
             Some(e) => Some(at(e)),
-            None => self.base.find(name).map(|i| at(&self.base.entry(i))),
+            None => self.base.find(name).map(|(_, e)| at(&e)),
         }
     }
 
-    /// Every stream and its next version (for the trim's index snapshot).
-    pub fn next_versions(&self) -> impl Iterator<Item = (&str, u64)> {
-        self.map.iter().map(|(n, e)| (&**n, e.next)).chain(self.base.live_versions())
+    /// Every stream and its next version (for the trim's index snapshot; reads every
+    /// page of the base).
+    pub fn next_versions(&self) -> Vec<(Box<str>, u64)> {
+        let mut v: Vec<(Box<str>, u64)> = self.map.iter().map(|(n, e)| (n.clone(), e.next)).collect();
+        self.base.for_each_live(&mut |n, b| v.push((n.into(), entry::head_next(b))));
+        v
     }
 
     /// A stream known from an index snapshot: `next` versions counted, none held.
@@ -253,7 +260,7 @@ impl Streams {
     /// Every stream, decoded (for comparisons and `inspect`: visits and copies all).
     fn all(&self) -> HashMap<Box<str>, Entry> {
         let mut all = self.map.clone();
-        all.extend(self.base.live_entries().map(|(n, e)| (n.into(), e)));
+        all.extend(self.base.live_entries());
         all
     }
 

@@ -1,12 +1,12 @@
 //! Rebasing: at each roll, once the roll's checkpoint is written, its heads become the
-//! index's base (held as the checkpoint's bytes, `base.rs`) and the streams with no event
-//! in the new segment leave the map, so memory holds the streams written since, not every
-//! stream ever touched. The heads are checked and tabled off the executor
+//! index's base (its pages in the checkpoint's bytes, `base.rs`) and the streams with no
+//! event in the new segment leave the map, so memory holds the streams written since, not
+//! every stream ever touched. The base is made off the executor
 //! ([`Streams::prepare_rebase`]) and taken on it ([`Streams::rebase`]).
 
 use super::base::Base;
+use super::pages::{Dir, Pages, Src};
 use super::Streams;
-use crate::le::Reader;
 
 /// A number no other index of this process has.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -28,16 +28,12 @@ pub struct Rebase {
 }
 
 impl Streams {
-    /// What `rebase` needs, from the heads `encode_heads` wrote (at byte `from` of the
-    /// buffer given, which the base keeps) when this index's last segment started where
-    /// it starts now: checks and tables them. Borrows nothing of the index, so it runs
-    /// off the executor.
-    pub fn prepare_rebase(&self) -> impl FnOnce(Vec<u8>, usize) -> Result<Rebase, String> + Send + 'static {
+    /// What `rebase` needs, from the heads `heads_job` wrote (their pages and directory)
+    /// when this index's last segment started where it starts now. Borrows nothing of the
+    /// index, so it runs off the executor.
+    pub fn prepare_rebase(&self) -> impl FnOnce(Src, Dir) -> Rebase + Send + 'static {
         let (instance, at) = (self.instance, self.active_from);
-        move |bytes, from| {
-            let heads = Streams::walk_heads(&mut Reader(&bytes[from..]), at, from)?;
-            Ok(Rebase { instance, at, base: Base::build(bytes, heads.pos)? })
-        }
+        move |src, dir| Rebase { instance, at, base: Base::new(Pages::new(src, dir, at)) }
     }
 
     /// Takes the heads of the checkpoint written at this index's last roll as its base and
@@ -52,7 +48,7 @@ impl Streams {
         self.base = r.base;
         self.map.retain(|_, e| !e.active.is_empty());
         for name in self.map.keys() {
-            if let Some(i) = self.base.find(name) {
+            if let Some((i, _)) = self.base.find(name) {
                 self.base.shadow(i);
             }
         }
@@ -81,24 +77,26 @@ mod tests {
         s.note("s3", 1, 100).unwrap();
         s.note("new", 0, 101).unwrap();
         let (before, len) = (s.heads(), s.len());
-        let mut out = Vec::new();
-        s.encode_heads(&mut out);
+        let pages = |s: &Streams| {
+            let w = s.heads_job().write();
+            (Src::Mem { bytes: std::sync::Arc::new(w.pages), at: 0 }, w.dir)
+        };
+        let (src, dir) = pages(&s);
         let prep = s.prepare_rebase();
         let mut o = Streams::default();
         o.set_active_from(100);
-        let other = o.prepare_rebase()(out.clone(), 0).unwrap();
-        assert!(!s.rebase(other), "heads made for another index");
-        assert!(s.rebase(prep(out.clone(), 0).unwrap()));
+        let (src2, dir2) = pages(&s);
+        assert!(!s.rebase(o.prepare_rebase()(src2, dir2)), "heads made for another index");
+        assert!(s.rebase(prep(src, dir)));
         assert_eq!(s.map.len(), 2, "only the streams with events since the roll stay decoded");
         assert_eq!((s.heads(), s.len()), (before, len));
         assert_eq!((s.current("s3"), s.current("s4"), s.current("new")), (Some(1), Some(0), Some(0)));
         assert_eq!(s.locate("s4").unwrap().runs, 1);
         // Heads prepared before a further roll are stale by then.
         let prep = s.prepare_rebase();
-        let mut out = Vec::new();
-        s.encode_heads(&mut out);
+        let (src, dir) = pages(&s);
         s.seal(100, 200);
-        assert!(!s.rebase(prep(out.clone(), 0).unwrap()));
+        assert!(!s.rebase(prep(src, dir)));
         assert_eq!(s.locate("s3").unwrap().runs, 2);
     }
 }

@@ -357,8 +357,10 @@ impl SegIdx {
         }
         // The header only (the batch CRC field names the bytes): a start reads no more of
         // a sealed segment; the scrubber re-reads all of it.
-        let mut r = super::segread::SegReader::open(path)?;
-        let at = r.get(pos, batch::BATCH_HEADER_LEN).map_err(|e| e.to_string())?;
+        let r = super::segread::SegReader::open(path)?;
+        let mut at = [0u8; batch::BATCH_HEADER_LEN];
+        r.read_at(pos, &mut at).map_err(|e| e.to_string())?;
+        let at = &at[..];
         let h = batch::header_fields(at).ok_or_else(|| format!("no batch header at byte {pos}"))?;
         let want = (last.first_offset, last.count, self.last_records_len);
         if (h.first_offset, h.count, h.records_len) != want || batch::stored_crc(at) != self.last_crc {
@@ -392,6 +394,7 @@ pub fn read_meta(dir: &Path, first: u64) -> Result<Option<SegIdx>, String> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(format!("open {}: {e}", path.display())),
     };
+    super::segread::no_readahead(&f);
     let read = || -> std::io::Result<Result<SegIdx, String>> {
         let len = f.metadata()?.len();
         let mut head = vec![0u8; RUNS_AT];

@@ -122,6 +122,14 @@ impl SegReader {
         }
     }
 
+    /// Exactly `out.len()` bytes at `pos`, one read and no read-ahead: a start checks a
+    /// sealed segment's last batch header (32 bytes) and must not pull the window after
+    /// it — up to a batch of a MiB per segment — from the disk.
+    pub fn read_at(&self, pos: u64, out: &mut [u8]) -> Result<(), ReadFault> {
+        no_readahead(&self.file);
+        self.file.read_exact_at(out, pos).map_err(|e| ReadFault { path: self.path.clone(), pos, error: e.to_string() })
+    }
+
     /// True when every byte from `pos` to the end of the file is zero. Ranges the file
     /// system reports as holes (`next_data`: a preallocated segment's unwritten tail) are
     /// zero without being read.
@@ -161,6 +169,14 @@ impl SegReader {
         }
         ReadFault { path: self.path.clone(), pos: start, error: first.to_string() }
     }
+}
+
+/// Tells the kernel that `file` is read at random: a small read reads its pages only
+/// (a buffered read otherwise starts a read-ahead of 128 KiB or more).
+pub fn no_readahead(file: &std::fs::File) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: fadvise on a descriptor the caller owns; only a hint, its result is irrelevant.
+    unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_RANDOM) };
 }
 
 impl Drop for SegReader {

@@ -157,11 +157,11 @@ impl Derived {
         let checkpoint = checkpoint::list(dir)
             .ok()
             .and_then(|v| v.into_iter().next_back())
-            .map(|(o, p)| (o, checkpoint::read(&p, o)));
+            .map(|(o, p)| (o, checkpoint::read(&p, o).and_then(|c| c.verify().map(|()| c))));
         let mut sim = Streams::default();
         if let Some(t) = trim {
             for (n, v) in t.streams.next_versions() {
-                sim.restore(n, v);
+                sim.restore(&n, v);
             }
         }
         sim.set_active_from(starts.first().copied().unwrap_or(0));
