@@ -5,7 +5,9 @@
 //! promoted and every acknowledged append must read back from it with its payload; no
 //! definitely failed append may be in the log, no append twice; both data dirs compare
 //! equal (`corelog inspect --compare`) up to the last acknowledged offset; and the old
-//! leader rejoins the promoted node as follower and ends byte-identical.
+//! leader rejoins the promoted node as follower and ends byte-identical. A third of the
+//! appends name one of `STREAMS` streams, so every segment roll under the faults writes a
+//! checkpoint of many pages of stream heads, and every restart reads one.
 //!
 //! CI runs `CORELOG_REPL_KILLS` (default 30) leader kills; `benches/replicated-crash-loop.sh`
 //! runs the long version (1,000 and more).
@@ -19,12 +21,14 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::*;
-use corelog_client::{Client, ClientConfig, Error, ErrorCode, Position};
+use corelog_client::{Client, ClientConfig, Error, ErrorCode, Expect, Position};
 use rand::{Rng, SeedableRng};
 
 const CONNECTIONS: usize = 8;
 const IN_FLIGHT_PER_CONNECTION: usize = 4;
 const SHARDS: u16 = 2;
+/// Streams the appends spread over: a checkpoint of their heads spans tens of pages.
+const STREAMS: u64 = 3_000;
 
 /// Every client operation's outcome.
 #[derive(Default)]
@@ -52,7 +56,13 @@ async fn worker(client: Client, tag: String, h: Shared, ok_count: Arc<AtomicU64>
         let payload = format!("{tag}-i{i}-{:016x}", rand::random::<u64>()).into_bytes();
         i += 1;
         h.lock().unwrap().invoked += 1;
-        match client.append(&payload).await {
+        let sent = if i % 3 == 0 {
+            let stream = format!("cl-{}", rand::random::<u64>() % STREAMS);
+            client.append_to(&stream, Expect::Any, &payload).await.map(|a| a.position)
+        } else {
+            client.append(&payload).await
+        };
+        match sent {
             Ok(pos) => {
                 let mut h = h.lock().unwrap();
                 if let Some(prev) = h.ok.insert(pos, payload.clone()) {
