@@ -29,7 +29,7 @@ use std::sync::Arc;
 use crate::le::{checked_body, Reader};
 use crate::producers::Saved;
 use crate::snapshot::{decode_producers, encode_producers, list_numbered, write_durably};
-use crate::streams::{Dir, Src, Streams, Written};
+use crate::streams::{Dir, Paged, Src, Streams, Written};
 use crate::wal::recovery::sync_dir;
 
 const MAGIC: &[u8; 8] = b"CLCKPT02";
@@ -54,17 +54,24 @@ pub struct Checkpoint {
     pub epochs: Vec<(u32, u64)>,
 }
 
-/// A checkpoint's bytes, where its pages start in them, and their directory.
+/// A checkpoint's bytes, where its pages start in them, and what a rebase needs of them.
 pub struct Encoded {
     pub bytes: Vec<u8>,
     pub pages_at: usize,
-    pub dir: Dir,
+    pub paged: Paged,
 }
 
 impl Encoded {
-    /// The index these bytes hold, read from them in memory (a roll's new base).
-    pub fn src(bytes: Arc<Vec<u8>>, pages_at: usize) -> Src {
-        Src::Mem { bytes, at: pages_at }
+    /// Where a roll's new base reads these pages: the file just written at `offset` in
+    /// `dir` (memory then holds nothing per stream; the pages are in the page cache), or
+    /// these bytes if it cannot be opened.
+    pub fn src(self, dir: &Path, offset: u64) -> (Src, Paged) {
+        let path = dir.join(file_name(offset));
+        let src = match File::open(&path) {
+            Ok(f) => Src::File { file: Arc::new(f), at: self.pages_at as u64, path: Arc::new(path) },
+            Err(_) => Src::Mem { bytes: Arc::new(self.bytes), at: self.pages_at },
+        };
+        (src, self.paged)
     }
 }
 
@@ -89,7 +96,7 @@ pub fn encode(offset: u64, heads: Written, producers: &[Saved], epochs: &[(u32, 
     out.extend_from_slice(&crc.to_le_bytes());
     let pages_at = out.len();
     out.extend_from_slice(&heads.pages);
-    Encoded { bytes: out, pages_at, dir: heads.dir }
+    Encoded { bytes: out, pages_at, paged: heads.paged }
 }
 
 /// The metadata's length as the header at the front of `b` says, bounded by the file's

@@ -56,7 +56,7 @@ async fn worker(client: Client, tag: String, h: Shared, ok_count: Arc<AtomicU64>
         let payload = format!("{tag}-i{i}-{:016x}", rand::random::<u64>()).into_bytes();
         i += 1;
         h.lock().unwrap().invoked += 1;
-        let sent = if i % 3 == 0 {
+        let sent = if i.is_multiple_of(3) {
             let stream = format!("cl-{}", rand::random::<u64>() % STREAMS);
             client.append_to(&stream, Expect::Any, &payload).await.map(|a| a.position)
         } else {

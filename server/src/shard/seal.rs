@@ -49,8 +49,8 @@ pub(crate) async fn roll(shard: &Rc<Shard>, shorten: bool) -> io::Result<()> {
         let blocking = move || {
             let ckpt = checkpoint::encode(at, heads.write(), &producers, &epochs);
             write(id, &dir, sealed, (runs, bytes), at, &ckpt.bytes, shorten)?;
-            let src = checkpoint::Encoded::src(std::sync::Arc::new(ckpt.bytes), ckpt.pages_at);
-            Ok::<_, String>(rebase(src, ckpt.dir))
+            let (src, paged) = ckpt.src(&dir, at);
+            Ok::<_, String>(rebase(src, paged))
         };
         match glommio::executor().spawn_blocking(blocking).await {
             Ok(rebase) => {

@@ -5,6 +5,8 @@
 //! [`HeadsJob::write`] merges them off it; [`Streams::from_pages`] is an index whose
 //! heads are read where they lie.
 
+use std::collections::HashMap;
+
 use super::base::{for_each_unshadowed, Base};
 use super::pages::{Dir, Pager, Pages, Src};
 use super::Streams;
@@ -23,20 +25,24 @@ pub struct HeadsJob {
     base: Option<(Pages, Vec<u64>)>,
 }
 
-/// Written heads: the directory (for the checkpoint's metadata) and the pages.
+/// Written heads: what the index needs to take them as its base, and the pages.
 pub struct Written {
-    pub dir: Dir,
+    pub paged: Paged,
     pub pages: Vec<u8>,
+}
+
+/// The directory of written pages (for the checkpoint's metadata), and the entry number
+/// each of the map's streams got in them (a rebase shadows those it keeps in the map
+/// without looking them up).
+pub struct Paged {
+    pub dir: Dir,
+    pub(super) from_map: HashMap<Box<str>, u64>,
 }
 
 impl Written {
     /// The directory in the checkpoint form (`pages.rs`).
     pub fn encode_dir(&self, out: &mut Vec<u8>) {
-        self.dir.encode(out)
-    }
-
-    pub fn streams(&self) -> u64 {
-        self.dir.len()
+        self.paged.dir.encode(out)
     }
 }
 
@@ -133,21 +139,27 @@ impl HeadsJob {
         self.spans.sort_unstable_by(|a, b| name(a).cmp(name(b)));
         let entry = |s: &(u32, u32)| &fresh[s.0 as usize..(s.0 + s.1) as usize];
         let mut pager = Pager::default();
+        let mut from_map = HashMap::with_capacity(self.spans.len());
+        let mut fresh_one = |pager: &mut Pager, s: &(u32, u32)| {
+            let n = std::str::from_utf8(name(s)).expect("a stream name in memory is UTF-8");
+            from_map.insert(n.into(), pager.pushed());
+            pager.push(entry(s));
+        };
         let mut next = self.spans.iter().peekable();
         if let Some((pages, shadowed)) = &self.base {
             for_each_unshadowed(pages, shadowed, &mut |n, b| {
                 while let Some(s) = next.next_if(|s| name(s) < n.as_bytes()) {
-                    pager.push(entry(s));
+                    fresh_one(&mut pager, s);
                 }
                 assert!(next.peek().is_none_or(|s| name(s) != n.as_bytes()), "stream {n:?} in the map and the base");
                 pager.push(b);
             });
         }
         for s in next {
-            pager.push(entry(s));
+            fresh_one(&mut pager, s);
         }
         let (dir, pages) = pager.finish();
-        Written { dir, pages }
+        Written { paged: Paged { dir, from_map }, pages }
     }
 }
 
@@ -156,7 +168,7 @@ impl Streams {
     /// The index a checkpoint of these heads gives, its pages held in memory.
     pub(crate) fn reloaded(&self) -> Streams {
         let w = self.heads_job().write();
-        Streams::from_pages(Src::Mem { bytes: std::sync::Arc::new(w.pages), at: 0 }, w.dir, self.active_from)
+        Streams::from_pages(Src::Mem { bytes: std::sync::Arc::new(w.pages), at: 0 }, w.paged.dir, self.active_from)
     }
 }
 
@@ -233,6 +245,7 @@ mod tests {
         s.set_active_from(1_000);
         let w = s.heads_job().write();
         let (mut dir_bytes, pages) = (Vec::new(), w.pages.clone());
+        assert_eq!(w.paged.from_map.len(), 400, "every stream came from the map");
         w.encode_dir(&mut dir_bytes);
         let dir = || Dir::decode(&mut Reader(&dir_bytes), pages.len() as u64).unwrap();
         let path = std::env::temp_dir().join(format!("corelog-pages-{}", std::process::id()));

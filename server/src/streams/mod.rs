@@ -29,17 +29,16 @@
 //! levels per stream.
 //!
 //! The newest checkpoint's heads are not decoded into the map: they stay in that
-//! checkpoint's pages (`base.rs`, `pages.rs`) — its file after a start, its bytes after a
-//! roll — looked up when asked, and a stream moves into the map when it is written. At
-//! each roll, once the roll's checkpoint is written, its heads become the base and the
-//! streams with no event in the new segment leave the map (`rebase`). A start does
-//! nothing per stream: it reads the checkpoint's page directory.
+//! checkpoint's pages (`base.rs`, `pages.rs`), in its file, looked up when asked, and a
+//! stream moves into the map when it is written. At each roll, once the roll's checkpoint
+//! is written, its heads become the base and the streams with no event in the new segment
+//! leave the map (`rebase`). A start does nothing per stream: it reads the checkpoint's
+//! page directory.
 //!
-//! Memory: per stream in the base nothing after a start (its page is read when asked; the
-//! directory is ≈ 40 bytes per 4 KiB page) and its encoded head (name + 14 bytes + 20 per
-//! pointer) after a roll; per stream in the map `STREAM_BYTES` + its name + 24 bytes per
-//! level (≤ log2 of its runs + 1), + 8 per event in the last segment. Reported by
-//! `corelog_stream_index_bytes`.
+//! Memory: per stream in the base nothing (its page is read when asked; the directory is
+//! ≈ 40 bytes per 4 KiB page, and a bit per stream says whether the map shadows it); per
+//! stream in the map `STREAM_BYTES` + its name + 24 bytes per level (≤ log2 of its runs +
+//! 1), + 8 per event in the last segment. Reported by `corelog_stream_index_bytes`.
 //!
 //! Files: this one holds the index and what appends and reads ask of it; `entry.rs` one
 //! stream's entry and skip list; `seal.rs` runs made at a seal and taken back at a start;
@@ -62,7 +61,7 @@ mod rebase;
 mod seal;
 
 pub use self::entry::Located;
-pub use self::heads::{Head, HeadsJob, Written};
+pub use self::heads::{Head, HeadsJob, Paged, Written};
 pub use self::pages::{Dir, Src};
 pub use self::rebase::Rebase;
 

@@ -148,6 +148,11 @@ impl Pager {
         self.last.extend_from_slice(name);
     }
 
+    /// Entries pushed so far: the number the next one gets.
+    pub(super) fn pushed(&self) -> u64 {
+        self.dir.n
+    }
+
     fn close(&mut self) {
         let crc = crc32fast::hash(&self.bytes[self.open..]);
         self.bytes.extend_from_slice(&crc.to_le_bytes());
@@ -166,8 +171,8 @@ impl Pager {
     }
 }
 
-/// Where the pages are: a checkpoint's bytes in memory (the one a roll just wrote) or
-/// its file (the one a start found).
+/// Where the pages are: a checkpoint's file (the one a start found, or a roll wrote), or
+/// its bytes in memory (tests; a roll whose file could not be opened again).
 #[derive(Clone)]
 pub enum Src {
     Mem { bytes: Arc<Vec<u8>>, at: usize },

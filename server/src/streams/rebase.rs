@@ -5,7 +5,8 @@
 //! ([`Streams::prepare_rebase`]) and taken on it ([`Streams::rebase`]).
 
 use super::base::Base;
-use super::pages::{Dir, Pages, Src};
+use super::heads::Paged;
+use super::pages::{Pages, Src};
 use super::Streams;
 
 /// A number no other index of this process has.
@@ -25,15 +26,16 @@ pub struct Rebase {
     instance: Instance,
     at: u64,
     base: Base,
+    from_map: std::collections::HashMap<Box<str>, u64>,
 }
 
 impl Streams {
     /// What `rebase` needs, from the heads `heads_job` wrote (their pages and directory)
     /// when this index's last segment started where it starts now. Borrows nothing of the
     /// index, so it runs off the executor.
-    pub fn prepare_rebase(&self) -> impl FnOnce(Src, Dir) -> Rebase + Send + 'static {
+    pub fn prepare_rebase(&self) -> impl FnOnce(Src, Paged) -> Rebase + Send + 'static {
         let (instance, at) = (self.instance, self.active_from);
-        move |src, dir| Rebase { instance, at, base: Base::new(Pages::new(src, dir, at)) }
+        move |src, p| Rebase { instance, at, base: Base::new(Pages::new(src, p.dir, at)), from_map: p.from_map }
     }
 
     /// Takes the heads of the checkpoint written at this index's last roll as its base and
@@ -47,9 +49,17 @@ impl Streams {
         }
         self.base = r.base;
         self.map.retain(|_, e| !e.active.is_empty());
+        // The streams the heads took from the map are where the write said; a stream
+        // first touched since (from the old base, or new) is looked up.
+        let base = &mut self.base;
         for name in self.map.keys() {
-            if let Some((i, _)) = self.base.find(name) {
-                self.base.shadow(i);
+            match r.from_map.get(name) {
+                Some(&i) => base.shadow(i as usize),
+                None => {
+                    if let Some((i, _)) = base.find(name) {
+                        base.shadow(i);
+                    }
+                }
             }
         }
         debug_assert!(self.map.keys().all(|n| self.base.find(n).is_none()), "a stream live in the map and the base");
@@ -79,7 +89,7 @@ mod tests {
         let (before, len) = (s.heads(), s.len());
         let pages = |s: &Streams| {
             let w = s.heads_job().write();
-            (Src::Mem { bytes: std::sync::Arc::new(w.pages), at: 0 }, w.dir)
+            (Src::Mem { bytes: std::sync::Arc::new(w.pages), at: 0 }, w.paged)
         };
         let (src, dir) = pages(&s);
         let prep = s.prepare_rebase();
