@@ -232,7 +232,11 @@ impl Pages {
         let p = &self.dir.pages[k];
         let mut r = Reader(body);
         let (mut id, mut last): (u64, &str) = (p.first_id, "");
+        let end = p.first_id + self.dir.count(k);
         while r.rest() > 0 {
+            if id == end {
+                return Err(format!("more entries than the directory's {}", self.dir.count(k)));
+            }
             let before = r.0;
             let (name, _) = decode_entry(&mut r, self.active_from, false)?;
             let first = id == p.first_id;
