@@ -266,6 +266,13 @@ mod tests {
         assert!(t.same_as(&s) && t.current("s-0399") == Some(0));
         std::fs::remove_file(&path).unwrap();
         assert!(Dir::decode(&mut Reader(&dir_bytes), pages.len() as u64 + 1).is_err(), "length");
+        // A directory whose second page starts below the first page's last name: the
+        // first names still increase, the pages overlap.
+        let mut overlap = Dir::decode(&mut Reader(&dir_bytes), pages.len() as u64).unwrap();
+        overlap.set_first_name(1, b"s-0000a");
+        let t = Streams::from_pages(Src::Mem { bytes: std::sync::Arc::new(pages.clone()), at: 0 }, overlap, 1_000);
+        let e = t.verify_heads().expect_err("overlapping pages");
+        assert!(e.contains("next page's first"), "{e}");
         // Swap the first names of the first two pages.
         let mut bad = Dir::decode(&mut Reader(&dir_bytes), pages.len() as u64).unwrap();
         assert!(bad.pages() > 2);

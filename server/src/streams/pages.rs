@@ -54,6 +54,11 @@ impl Dir {
     }
 
     #[cfg(test)]
+    pub(super) fn set_first_name(&mut self, k: usize, name: &[u8]) {
+        self.pages[k].first = name.into();
+    }
+
+    #[cfg(test)]
     pub(super) fn swap_first_names(&mut self, a: usize, b: usize) {
         let t = std::mem::take(&mut self.pages[a].first);
         self.pages[a].first = std::mem::replace(&mut self.pages[b].first, t);
@@ -250,6 +255,11 @@ impl Pages {
         }
         if whole && id - p.first_id != self.dir.count(k) {
             return Err(format!("{} entries, the directory says {}", id - p.first_id, self.dir.count(k)));
+        }
+        // A lookup searches the one page whose first name is at or below the name: pages
+        // must not overlap.
+        if whole && self.dir.pages.get(k + 1).is_some_and(|n| last.as_bytes() >= &*n.first) {
+            return Err(format!("stream {last:?} at or above the next page's first"));
         }
         Ok(())
     }

@@ -339,9 +339,10 @@ impl SegIdx {
     }
 
     /// Checks the index against its segment on disk without reading more than its last
-    /// batch: the segment's name, the next segment's first offset (`next_first`, None for
-    /// the last segment), and the last batch — read back, whole and valid (batch and
-    /// record CRCs), holding the offsets and CRC the index names.
+    /// batch's header: the segment's name, the next segment's first offset (`next_first`,
+    /// None for the last segment), and the last batch's header — read back (32 bytes),
+    /// holding the offsets, count, length and CRC the index names. The scrubber re-reads
+    /// the batches themselves.
     pub fn agrees_with(&self, path: &Path, named_first: u64, next_first: Option<u64>) -> Result<(), String> {
         if self.first_offset != named_first {
             return Err(format!("says offset {}, named {named_first}", self.first_offset));
