@@ -6,8 +6,10 @@
 # it everything from its segments. Timed from the pair's start to the leader's last
 # `follower caught up from the segments` line (one per shard); then `inspect --compare`
 # of the two data dirs (identical). Once with no limit and once per rate in LIMITS
-# (--catch-up-mb-per-s). In the same script, the floor: fio sequential 1 MiB O_DIRECT
-# writes (queue depth 4, one fsync at the end) on the same file system. Writes
+# (--catch-up-mb-per-s). In the same script, two floors on the same file system: fio
+# sequential 1 MiB O_DIRECT writes (queue depth 4, one fsync at the end), and fio in the
+# catch-up's own pattern (per shard one durable 1 MiB write at a time beside the leader's
+# 1 MiB reads: the log's format allows one batch write in flight per shard). Writes
 # OUT/results.md.
 #
 # Usage: benches/rebuild.sh          Env: OUT (target/rebuild-bench), BIN (target/release),
@@ -25,7 +27,7 @@ cl_need_bins rebuild.sh "$BIN" corelog corelog-biglog
 command -v fio >/dev/null || { echo "rebuild.sh: fio is not installed (apt-get install fio)" >&2; exit 2; }
 rm -rf "$OUT"; mkdir -p "$OUT"
 SEED=$OUT/seed
-cleanup() { cl_stop; [ "$KEEP" = 1 ] || rm -rf "$SEED" "$OUT"/run.*/l "$OUT"/run.*/f "$OUT/fio"; }
+cleanup() { cl_stop; [ "$KEEP" = 1 ] || rm -rf "$SEED" "$OUT"/run.*/l "$OUT"/run.*/f "$OUT"/fio "$OUT"/fio.[rw].*; }
 trap cleanup EXIT
 
 "$BIN/corelog" certs --out "$OUT/certs" >/dev/null
@@ -39,6 +41,21 @@ fio --name=seq --filename="$OUT/fio" --rw=write --bs=1m --size=2g --direct=1 --i
 fio_mb=$(python3 -c "import json; j = json.load(open('$OUT/fio.json'))['jobs'][0]; print('%.0f' % (j['write']['bw_bytes'] / 1e6))")
 rm -f "$OUT/fio"
 echo "fio sequential write: $fio_mb MB/s" >&2
+# The floor of the work as the log's format shapes it: per shard one 1 MiB write at a time,
+# durable when it returns (O_DIRECT | O_DSYNC into a fallocated file, as the follower
+# writes), while the leader reads 1 MiB O_DIRECT blocks one at a time from the same disk
+# (both nodes share it here). fio runs 2 such writers and 2 such readers at once; the
+# floor is the writers' sum.
+fio --name=pre --rw=write --bs=1m --size=512m --direct=1 --numjobs=2 --filename_format="$OUT/fio.r.\$jobnum" \
+  --ioengine=libaio --iodepth=4 --end_fsync=1 >/dev/null 2>&1
+fio --output-format=json \
+  --name=w --rw=write --bs=1m --size=512m --direct=1 --sync=dsync --ioengine=io_uring --iodepth=1 --numjobs=2 \
+  --fallocate=native --filename_format="$OUT/fio.w.\$jobnum" \
+  --name=r --rw=read --bs=1m --size=512m --direct=1 --ioengine=io_uring --iodepth=1 --numjobs=2 \
+  --filename_format="$OUT/fio.r.\$jobnum" >"$OUT/fio-pattern.json" 2>/dev/null
+pattern_mb=$(python3 -c "import json; j = json.load(open('$OUT/fio-pattern.json'))['jobs']; print('%.0f' % (sum(x['write']['bw_bytes'] for x in j) / 1e6))")
+rm -f "$OUT"/fio.r.* "$OUT"/fio.w.*
+echo "fio, the catch-up's pattern (2 × 1 MiB O_DSYNC writes at queue depth 1 beside 2 × 1 MiB reads): $pattern_mb MB/s" >&2
 
 # $1: the limit (0: none) → "seconds MB" of the catch-up
 rebuild() {
@@ -67,13 +84,13 @@ rebuild() {
 }
 
 {
-  echo "| catch-up limit | records MB sent | seconds (start of the pair → both shards caught up) | MB/s | of fio's sequential write | CPU s leader / follower (whole run) | CPU s of both during the catch-up | CPU ceiling: $(nproc) CPUs × MB ÷ that |"
-  echo "|---|---|---|---|---|---|---|---|"
+  echo "| catch-up limit | records MB sent | seconds (start of the pair → both shards caught up) | MB/s | of fio's sequential write | of fio in the catch-up's pattern | CPU s leader / follower (whole run) | CPU s of both during the catch-up | CPU ceiling: $(nproc) CPUs × MB ÷ that |"
+  echo "|---|---|---|---|---|---|---|---|---|"
   for limit in 0 $LIMITS; do
     read -r secs mb lcpu fcpu ccpu < <(rebuild "$limit")
-    awk -v l="$limit" -v s="$secs" -v m="$mb" -v f="$fio_mb" -v lc="$lcpu" -v fc="$fcpu" -v cc="$ccpu" -v n="$(nproc)" \
-      'BEGIN {printf "| %s | %d | %.1f | %.0f | %.0f %% | %s / %s | %s | %.0f MB/s (%.0f %% of fio) |\n", (l == 0 ? "none" : l " MB/s per shard"), m, s, m / s, 100 * m / s / f, lc, fc, cc, n * m / cc, 100 * n * m / cc / f}'
+    awk -v l="$limit" -v s="$secs" -v m="$mb" -v f="$fio_mb" -v p="$pattern_mb" -v lc="$lcpu" -v fc="$fcpu" -v cc="$ccpu" -v n="$(nproc)" \
+      'BEGIN {printf "| %s | %d | %.1f | %.0f | %.0f %% | %.0f %% | %s / %s | %s | %.0f MB/s (%.0f %% of fio) |\n", (l == 0 ? "none" : l " MB/s per shard"), m, s, m / s, 100 * m / s / f, 100 * m / s / p, lc, fc, cc, n * m / cc, 100 * n * m / cc / f}'
   done
   echo
-  echo "A log of $RECORDS records of $PAYLOAD payload bytes ($records_mb MB of segment data, 2 shards); fio: $fio_mb MB/s (1 MiB O_DIRECT writes, queue depth 4)."
+  echo "A log of $RECORDS records of $PAYLOAD payload bytes ($records_mb MB of segment data, 2 shards); fio: $fio_mb MB/s (1 MiB O_DIRECT writes, queue depth 4); fio in the catch-up's pattern: $pattern_mb MB/s."
 } | tee "$OUT/results.md"

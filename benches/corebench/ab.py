@@ -33,7 +33,10 @@ Usage: benches/ab.sh OLD_REV NEW_REV [SECONDS=10] [ROUNDS=3]
   side its own tree's: a load generator speaks its own tree's newest protocol, which an
   older server may refuse); OLD_LEADER_EXTRA / NEW_LEADER_EXTRA (and CL_LEADER_EXTRA, both
   sides): more flags for that side's leader, e.g. NEW_LEADER_EXTRA="--authz policy.toml";
-  CL_INSECURE=1: plaintext on every port.
+  CL_INSECURE=1: plaintext on every port; OLD_SHARDS / NEW_SHARDS (CL_SHARDS, both sides):
+  logical shards per node, run on the same executors as the default layout (two per node:
+  one process with `--executors` = CPUs, or under pair2 two processes of one executor
+  each), e.g. `OLD_SHARDS=2 NEW_SHARDS=16 benches/ab.sh HEAD HEAD`.
 """
 import glob
 import json
@@ -115,7 +118,8 @@ class Bench:
 
     def nodes(self, side, d, mode):
         extra = (os.environ.get("CL_LEADER_EXTRA", "") + " " + os.environ.get(f"{side}_LEADER_EXTRA", "")).split()
-        return nodes.Nodes(self.bins[side], d, self.certs, mode, extra, self.insecure)
+        shards = os.environ.get(f"{side}_SHARDS") or os.environ.get("CL_SHARDS")
+        return nodes.Nodes(self.bins[side], d, self.certs, mode, extra, self.insecure, int(shards) if shards else None)
 
     def lg_args(self, conns, extra=()):
         return ["run", "--target", f"127.0.0.1:{nodes.LEADER_CLIENT}", "--connections", str(conns),

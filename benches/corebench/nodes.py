@@ -60,12 +60,25 @@ def rss_kib(pid):
 class Nodes:
     """The processes of one run. `start` returns once every node answers /health."""
 
-    def __init__(self, bin_dir, data, certs, mode, leader_extra=(), insecure=False):
+    def __init__(self, bin_dir, data, certs, mode, leader_extra=(), insecure=False, shards=None):
         assert mode in MODES, f"mode {mode}?"
         self.bin, self.data, self.certs, self.mode = bin_dir, data, certs, mode
         self.leader_extra, self.insecure = list(leader_extra), insecure
+        # Logical shards per node (None: the server's default, one per CPU); each process
+        # then runs them on as many executors as the default layout has shards.
+        self.shards = shards
         self.leaders, self.followers = [], []
         self.logs = {}
+
+    def shard_args(self, s, procs):
+        """Process s's shard flags: with two processes each owns every other shard on one
+        executor; with one it owns all, on one executor per CPU."""
+        if self.shards is None:
+            return ["--shard-count", "2", "--shards", str(s)] if procs == 2 else []
+        if procs == 2:
+            mine = ",".join(str(k) for k in range(s, self.shards, 2))
+            return ["--shard-count", str(self.shards), "--shards", mine, "--executors", "1"]
+        return ["--shard-count", str(self.shards), "--executors", str(os.cpu_count())]
 
     def _spawn(self, args, log):
         with open(log, "w") as out:
@@ -77,7 +90,7 @@ class Nodes:
         procs = MODES[self.mode]
         d = self.data
         for s in range(procs):
-            shard = ["--shard-count", "2", "--shards", str(s)] if procs == 2 else []
+            shard = self.shard_args(s, procs)
             self.followers.append(self._spawn(
                 ["--role", "follower", "--data-dir", f"{d}/f", "--listen", f"127.0.0.1:{FOLLOWER_CLIENT}",
                  "--repl-listen", f"127.0.0.1:{FOLLOWER_REPL}", "--metrics-listen", f"127.0.0.1:{FOLLOWER_METRICS + s}",
@@ -160,11 +173,12 @@ def gone(pid):
 def main(argv):
     """`start BIN DATA CERTS MODE`: starts the nodes, waits until they answer, prints
     `leaders: PID...` and `followers: PID...`, and leaves them running (benches/lib.sh's
-    cl_start; CL_LEADER_EXTRA and CL_INSECURE=1 as in ab.py). `stop PID...`: kill -9 and
+    cl_start; CL_LEADER_EXTRA, CL_SHARDS and CL_INSECURE=1 as in ab.py). `stop PID...`: kill -9 and
     wait (bounded) until each has exited."""
     if len(argv) == 5 and argv[0] == "start":
         extra = os.environ.get("CL_LEADER_EXTRA", "").split()
-        n = Nodes(*argv[1:5], leader_extra=extra, insecure=os.environ.get("CL_INSECURE", "0") == "1")
+        shards = int(os.environ["CL_SHARDS"]) if os.environ.get("CL_SHARDS") else None
+        n = Nodes(*argv[1:5], leader_extra=extra, insecure=os.environ.get("CL_INSECURE", "0") == "1", shards=shards)
         try:
             n.start()
         except RuntimeError as e:

@@ -1,6 +1,7 @@
-//! `corelog serve`: one pinned glommio executor per owned shard. Each executor recovers
-//! its shard, then owns its log, commit loop, client connections (shared SO_REUSEPORT
-//! client port + its direct port), replication port and, on a leader, its link.
+//! `corelog serve`: pinned glommio executors (one per owned shard, or `--executors` of
+//! them with the shards dealt in turn). Each executor recovers its shards, then owns
+//! their logs, commit loops, client connections (shared SO_REUSEPORT client port + each
+//! shard's direct port), replication ports and, on a leader, their links.
 
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, RawFd};
@@ -87,6 +88,9 @@ pub struct ServeConfig {
     /// MiB/s of sealed segments the node's shards re-read together to find damage
     /// (`scrub/`); 0: off.
     pub scrub_mib_per_s: f64,
+    /// `--executors`: how many executors (threads, each with its own io_uring rings and
+    /// pinned to one CPU) run the owned shards; None: one per shard.
+    pub executors: Option<usize>,
 }
 
 impl ServeConfig {
@@ -125,7 +129,13 @@ impl ServeConfig {
             shutdown_timeout: d(15_000),
             // A tool that writes a log does not re-read it (nor slow its writes by it).
             scrub_mib_per_s: 0.0,
+            executors: None,
         }
+    }
+
+    /// Executors this process runs: `--executors`, at most one per owned shard.
+    pub fn executors(&self) -> usize {
+        self.executors.unwrap_or(self.shards.len()).clamp(1, self.shards.len().max(1))
     }
 }
 
@@ -324,42 +334,68 @@ fn spawn_shards(
 ) -> Result<Vec<glommio::ExecutorJoinHandle<()>>, String> {
     let cpus = corelog_runtime::cpus::allowed();
     let mut joins = Vec::new();
-    for (slot, &id) in cfg.shards.iter().enumerate() {
+    for (e, hosted) in deal(&cfg.shards, cfg.executors()).into_iter().enumerate() {
         let cfg = cfg.clone();
         let ctl = ctl.clone();
         let (tx, mut go_rx) = (ready.clone(), go.clone());
         let (client_tls, repl_server, repl_client) =
             (tls.client.clone(), tls.repl_server.clone(), tls.repl_client.clone());
         let cap = cap.clone();
-        let ex = LocalExecutorBuilder::new(Placement::Fixed(corelog_runtime::cpus::pick(&cpus, id as usize)))
-            .name(&format!("shard-{id}"))
+        // One shard per executor keeps the thread named and pinned by its shard.
+        let first = cfg.shards[hosted[0]];
+        let name = if hosted.len() == 1 { format!("shard-{first}") } else { format!("exec-{e}") };
+        let ex = LocalExecutorBuilder::new(Placement::Fixed(corelog_runtime::cpus::pick(&cpus, first as usize)))
+            .name(&name)
             .io_memory(cfg.io_memory)
             // Thousands of armed polls per executor: a deep ring keeps io_uring's
             // cancel hash short (the default 128 cost ~2% CPU at 18k connections).
             .ring_depth(4096)
             .spawn(move || async move {
-                let place = Place { id, slot, ctl, term_epoch };
-                match start_shard(place, &cfg, repl_server, repl_client).await {
-                    Ok((shard, line, ports)) => {
-                        let _ = tx.send(Ok((line, ports.fds())));
-                        drop(tx);
-                        if go_rx.wait_for(|go| *go).await.is_err() {
-                            return; // another shard failed: the process is ending
+                // The executor's shards start one after another; each reports as it is
+                // ready (or failed: the process then ends, see `recovered`).
+                let mut started = Vec::with_capacity(hosted.len());
+                for slot in hosted {
+                    let id = cfg.shards[slot];
+                    let place = Place { id, slot, ctl: ctl.clone(), term_epoch };
+                    match start_shard(place, &cfg, repl_server.clone(), repl_client.clone()).await {
+                        Ok((shard, line, ports)) => {
+                            let _ = tx.send(Ok((line, ports.fds())));
+                            started.push((shard, ports));
                         }
-                        ports.accept(&shard, client_tls, cap);
-                        // The shard's tasks run until the process ends.
-                        std::future::pending::<()>().await;
-                        drop(shard);
-                    }
-                    Err(e) => {
-                        let _ = tx.send(Err(format!("shard {id}: {e}")));
+                        Err(e) => {
+                            let _ = tx.send(Err(format!("shard {id}: {e}")));
+                            return;
+                        }
                     }
                 }
+                drop(tx);
+                if go_rx.wait_for(|go| *go).await.is_err() {
+                    return; // another shard failed: the process is ending
+                }
+                let mut shards = Vec::with_capacity(started.len());
+                for (shard, ports) in started {
+                    ports.accept(&shard, client_tls.clone(), cap.clone());
+                    shards.push(shard);
+                }
+                // The shards' tasks run until the process ends.
+                std::future::pending::<()>().await;
+                drop(shards);
             })
-            .map_err(|e| format!("start executor for shard {id}: {e}"))?;
+            .map_err(|e| format!("start executor {name}: {e}"))?;
         joins.push(ex);
     }
     Ok(joins)
+}
+
+/// Deals the slots of `shards` to `executors` executors in turn: executor e hosts
+/// slots e, e + executors, … (each list non-empty, every slot once).
+fn deal(shards: &[u16], executors: usize) -> Vec<Vec<usize>> {
+    assert!(executors >= 1 && executors <= shards.len(), "{executors} executors for {} shards", shards.len());
+    let mut out = vec![Vec::new(); executors];
+    for slot in 0..shards.len() {
+        out[slot % executors].push(slot);
+    }
+    out
 }
 
 /// Waits until every shard recovered; its `ready` line is logged and its two bound

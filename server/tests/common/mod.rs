@@ -62,6 +62,23 @@ pub fn ports() -> Ports {
     panic!("no 24 consecutive free ports in {lo}..{}", lo + span);
 }
 
+/// Free ports for a node of `shards` shards (more than `ports` leaves room for): client
+/// P with its direct ports P+1..=P+shards, replication R..R+shards, metrics M.
+pub fn ports_for(shards: u16) -> Ports {
+    let width = 3 * (shards as u32 + 2);
+    let (lo, span) = port_range();
+    let start = (std::process::id() % (span / 100)) * 100;
+    for _ in 0..span / width {
+        let n = NEXT_PORT.fetch_add(width, Ordering::SeqCst);
+        let base = (lo + (start + n) % (span - width)) as u16;
+        if (base..base + width as u16).all(bindable) {
+            let w = shards + 2;
+            return Ports { client: base, repl: base + w, metrics: base + 2 * w };
+        }
+    }
+    panic!("no {width} consecutive free ports in {lo}..{}", lo + span);
+}
+
 /// (first port, count) to pick test ports from: 10000 up to the ephemeral range's start
 /// when that leaves at least 5,000; else 20000..60000 as before.
 fn port_range() -> (u32, u32) {

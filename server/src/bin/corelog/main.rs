@@ -256,6 +256,12 @@ struct ServeArgs {
     /// processes with disjoint sets on one data dir and port to exceed the open-file limit.
     #[arg(long, value_delimiter = ',')]
     shards: Vec<u16>,
+    /// Executors (threads, each with its own io_uring rings, pinned to one CPU) that run
+    /// this process's shards, dealt to them in turn (default: one per shard). Fewer
+    /// executors than shards puts several logical shards on one core, each with its own
+    /// log, commit loop, ports and links.
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
+    executors: Option<u16>,
     /// Alias of --shard-count for the common one-process case.
     #[arg(long)]
     cores: Option<u16>,
@@ -435,6 +441,7 @@ fn serve_config(a: ServeArgs) -> Result<ServeConfig, String> {
         return Err(format!("--scrub-mib-per-s {scrub}: give MiB per second, 0 (off) up to 1000000"));
     }
     Ok(ServeConfig {
+        executors: a.executors.map(usize::from),
         scrub_mib_per_s: scrub,
         retain: corelog_server::shard::retention::Policy { bytes: a.retain_bytes, age },
         shutdown_timeout: Duration::from_millis(a.shutdown_timeout_ms),

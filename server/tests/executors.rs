@@ -1,0 +1,122 @@
+//! Logical shards on fewer executors (`--executors`, issue 37 step 1): a pair of 16
+//! shards on 2 executors per node replicates every shard, and every acknowledged append
+//! survives kill -9 of either node while the load runs.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use corelog_client::Client;
+
+const SHARDS: u16 = 16;
+
+/// Names of the process's threads that start with `prefix` (glommio names an executor's
+/// threads `<name>-<executor id>`).
+fn threads(pid: u32, prefix: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for t in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap().flatten() {
+        let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+        if comm.starts_with(prefix) {
+            out.push(comm.trim().to_string());
+        }
+    }
+    out
+}
+
+/// `per_shard` connections on each shard's direct port, `per_conn` appends each; every
+/// acknowledgement goes into `acked`. Returns the connections that failed.
+async fn load_every_shard(addr: &str, per_shard: usize, per_conn: usize, tag: &str, acked: &Acked) -> usize {
+    let mut tasks = Vec::new();
+    for shard in 0..SHARDS {
+        for c in 0..per_shard {
+            let (addr, acked, tag) = (addr.to_string(), acked.clone(), tag.to_string());
+            tasks.push(tokio::spawn(async move {
+                let Ok(client) = Client::connect_shard(&addr, shard, &client_config(None)).await else { return 1 };
+                for i in 0..per_conn {
+                    let payload = format!("{tag}-s{shard}-c{c}-i{i}-{}", rand::random::<u64>()).into_bytes();
+                    match client.append(&payload).await {
+                        Ok(pos) => {
+                            assert_eq!(pos.shard, shard, "an append on shard {shard}'s direct port landed elsewhere");
+                            let prev = acked.lock().unwrap().insert(pos, payload);
+                            assert!(prev.is_none(), "position {pos:?} acknowledged twice");
+                        }
+                        Err(_) => return 1,
+                    }
+                }
+                0
+            }));
+        }
+    }
+    let mut failed = 0;
+    for t in tasks {
+        failed += t.await.unwrap();
+    }
+    failed
+}
+
+#[test]
+fn sixteen_shards_on_two_executors_replicate_and_survive_kill9() {
+    let dir = TempDir::new("executors");
+    let (lp, fp) = (ports_for(SHARDS), ports_for(SHARDS));
+    let extra = ["--shard-count", "16", "--executors", "2"];
+    let (ldata, fdata) = (dir.path().join("leader"), dir.path().join("follower"));
+    let largs = Node::args(Mode::Leader { follower_repl: fp.repl }, &ldata, lp, None, "", &extra);
+    let fargs = Node::args(Mode::Follower { leader_client: lp.client }, &fdata, fp, None, "", &extra);
+    let mut p =
+        Pair { leader: Node::new("leader", ldata, lp, largs), follower: Node::new("follower", fdata, fp, fargs) };
+    p.follower.start();
+    p.leader.start();
+    for n in [&p.leader, &p.follower] {
+        let pid = n.child.as_ref().unwrap().id();
+        let (ex0, ex1, per_shard) = (threads(pid, "exec-0"), threads(pid, "exec-1"), threads(pid, "shard-"));
+        assert!(!ex0.is_empty() && !ex1.is_empty(), "{}: no thread of executor exec-0 or exec-1", n.name);
+        assert!(
+            threads(pid, "exec-2").is_empty() && per_shard.is_empty(),
+            "{}: more executors than 2: {per_shard:?}",
+            n.name
+        );
+    }
+    let rt = runtime();
+    let acked = Acked::default();
+    let addr = p.leader.addr();
+    assert_eq!(rt.block_on(load_every_shard(&addr, 2, 20, "calm", &acked)), 0, "connections that failed");
+    assert_eq!(acked.lock().unwrap().len(), SHARDS as usize * 2 * 20);
+
+    // kill -9 of each node in turn while every shard takes appends; what was acked stays.
+    for victim in ["follower", "leader"] {
+        let load = rt.spawn({
+            let (addr, acked) = (addr.clone(), acked.clone());
+            async move { load_every_shard(&addr, 2, 400, victim, &acked).await }
+        });
+        let before = acked.lock().unwrap().len();
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while acked.lock().unwrap().len() < before + 500 {
+            assert!(std::time::Instant::now() < deadline, "no appends acknowledged under load");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let n = if victim == "leader" { &mut p.leader } else { &mut p.follower };
+        n.kill9();
+        n.start();
+        rt.block_on(load).unwrap();
+    }
+    assert_eq!(
+        rt.block_on(load_every_shard(&addr, 1, 20, "after", &acked)),
+        0,
+        "connections that failed after the restarts"
+    );
+    let per_shard: Vec<usize> =
+        (0..SHARDS).map(|s| acked.lock().unwrap().keys().filter(|k| k.shard == s).count()).collect();
+    assert!(per_shard.iter().all(|n| *n >= 80), "every shard took appends: {per_shard:?}");
+    wait_caught_up(&p, Duration::from_secs(60));
+    let shards: Vec<_> = rt.block_on(async {
+        let mut out = Vec::new();
+        for s in 0..SHARDS {
+            out.push(read_all(&addr, &client_config(None), s).await);
+        }
+        out
+    });
+    verify_acked(&acked, &shards);
+    let logs = p.kill_and_compare();
+    assert_eq!(logs.len(), SHARDS as usize, "inspect lists every shard of both nodes: {logs:?}");
+}
