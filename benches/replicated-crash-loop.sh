@@ -5,6 +5,7 @@
 # acknowledged append, `inspect --compare` of both data dirs and a rejoin of the old
 # leader. The suite runs the same test with N = 30.
 # Usage: benches/replicated-crash-loop.sh [N] [SEED]    (output also in target/replicated-crash-loop.log)
+# Env: CORELOG_CRASH_LAYOUT=L/E runs L shards (≤ 8) on E executors per node (default 2/2).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export CORELOG_REPL_KILLS="${1:-1000}"

@@ -10,11 +10,15 @@
 /// watcher, the log and control files opened briefly, and room for the runtime's own.
 pub const PROCESS_FDS: usize = 64;
 
-/// Descriptors of one shard besides its segment files: glommio's three io_uring rings and
-/// their eventfds, the client listener, the direct-port listener, the replication
-/// listener, the replication link (two while one reconnects), the shard lock, the
-/// catch-up reader, the zero-ahead file and the epoch/control files it rewrites.
-pub const SHARD_FDS: usize = 32;
+/// Descriptors of one executor: glommio's three io_uring rings, their eventfds and the
+/// io-wq workers' room.
+pub const EXECUTOR_FDS: usize = 16;
+
+/// Descriptors of one shard besides its segment files: the client listener, the
+/// direct-port listener, the replication listener, the replication link (two while one
+/// reconnects), the shard lock, the catch-up reader, the zero-ahead file and the
+/// epoch/control files it rewrites.
+pub const SHARD_FDS: usize = 16;
 
 /// Segment files a shard may add after start before its reserve is used up: each
 /// segment is one open file for as long as it is kept (256 MiB segments: 16 GiB of new
@@ -60,10 +64,11 @@ fn nr_open() -> Option<u64> {
     std::fs::read_to_string("/proc/sys/fs/nr_open").ok()?.trim().parse().ok()
 }
 
-/// Descriptors kept for the process itself: `shards` shards holding `segments` segment
-/// files between them now.
-pub fn reserve(shards: usize, segments: usize) -> usize {
-    PROCESS_FDS + shards * (SHARD_FDS + SEGMENT_GROWTH) + segments
+/// Descriptors kept for the process itself: `executors` executors running `shards`
+/// shards that hold `segments` segment files between them now.
+pub fn reserve(executors: usize, shards: usize, segments: usize) -> usize {
+    debug_assert!(executors <= shards.max(1), "{executors} executors for {shards} shards");
+    PROCESS_FDS + executors * EXECUTOR_FDS + shards * (SHARD_FDS + SEGMENT_GROWTH) + segments
 }
 
 /// The default `--max-connections`: what the soft limit leaves after the reserve, at
@@ -109,7 +114,7 @@ mod tests {
     #[test]
     fn a_stock_soft_limit_leaves_hundreds_of_connections_for_two_shards() {
         let l = Limit { was: 1024, soft: 1024, hard: 1024 };
-        let r = reserve(2, 4);
+        let r = reserve(2, 2, 4);
         let max = default_max_connections(l, r);
         assert!(max >= 500, "{max} connections under a 1,024 limit with 2 shards (reserve {r})");
         let (line, warn) = cap_line(max, max, l, r, false);
@@ -119,8 +124,8 @@ mod tests {
     #[test]
     fn a_large_default_or_an_explicit_cap_within_the_room_is_not_a_warning() {
         let l = Limit { was: 1024, soft: 20_000, hard: 20_000 };
-        let room = default_max_connections(l, reserve(8, 100));
-        let (line, warn) = cap_line(room, room, l, reserve(8, 100), false);
+        let room = default_max_connections(l, reserve(8, 8, 100));
+        let (line, warn) = cap_line(room, room, l, reserve(8, 8, 100), false);
         assert!(!warn && line.contains("raised from 1024"), "{line}");
         assert!(!cap_line(10, room, l, 100, true).1);
         let (line, warn) = cap_line(room + 1, room, l, 100, true);
@@ -128,8 +133,16 @@ mod tests {
     }
 
     #[test]
+    fn shards_that_share_an_executor_share_its_rings() {
+        // One executor per shard keeps what a shard always kept (rings with it).
+        assert_eq!(reserve(8, 8, 0) - reserve(1, 1, 0), 7 * (EXECUTOR_FDS + SHARD_FDS + SEGMENT_GROWTH));
+        assert_eq!(reserve(2, 16, 0), PROCESS_FDS + 2 * EXECUTOR_FDS + 16 * (SHARD_FDS + SEGMENT_GROWTH));
+        assert!(reserve(2, 16, 0) < reserve(16, 16, 0));
+    }
+
+    #[test]
     fn the_cap_is_at_least_one() {
         let l = Limit { was: 64, soft: 64, hard: 64 };
-        assert_eq!(default_max_connections(l, reserve(4, 10)), 1);
+        assert_eq!(default_max_connections(l, reserve(4, 4, 10)), 1);
     }
 }

@@ -26,7 +26,24 @@ use rand::{Rng, SeedableRng};
 
 const CONNECTIONS: usize = 8;
 const IN_FLIGHT_PER_CONNECTION: usize = 4;
-const SHARDS: u16 = 2;
+/// The layout: `CORELOG_CRASH_LAYOUT=L/E` runs L shards on E executors per node (at most
+/// 8 shards: the test's port blocks); default 2/2, one executor per shard.
+fn layout() -> (u16, u16) {
+    let v = std::env::var("CORELOG_CRASH_LAYOUT").unwrap_or_else(|_| "2/2".into());
+    let (l, e) = v.split_once('/').expect("CORELOG_CRASH_LAYOUT=SHARDS/EXECUTORS");
+    let (l, e): (u16, u16) = (l.parse().expect("shards"), e.parse().expect("executors"));
+    assert!(
+        (1..=8).contains(&l) && (1..=l).contains(&e),
+        "CORELOG_CRASH_LAYOUT={v}: 1..=8 shards on 1..=shards executors"
+    );
+    (l, e)
+}
+
+/// The `serve` flags of the layout.
+fn layout_flags() -> Vec<String> {
+    let (l, e) = layout();
+    vec!["--shard-count".into(), l.to_string(), "--executors".into(), e.to_string()]
+}
 /// Streams the appends spread over: a checkpoint of their heads spans tens of pages.
 const STREAMS: u64 = 3_000;
 
@@ -118,7 +135,9 @@ async fn connection(
 fn pair(dir: &TempDir) -> (Node, Node) {
     // A small in-memory ring (256 KiB): a follower that fell behind is caught up from the
     // segments as often as from memory, so both paths run under the faults.
-    let extra = ["--shard-count", "2", "--ack-timeout-ms", "3000", "--repl-memory-bytes", "262144"];
+    let mut extra = layout_flags();
+    extra.extend(["--ack-timeout-ms", "3000", "--repl-memory-bytes", "262144"].map(String::from));
+    let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
     let p = common::pair::pair(dir, None, &extra);
     (p.leader, p.follower)
 }
@@ -295,10 +314,11 @@ fn run(kills: usize) {
     // Promote the follower; every acknowledged append reads back from it.
     promote(&follower.data, None);
     let (lp, fp) = (leader.ports, follower.ports);
-    let extra = ["--shard-count", "2"];
+    let flags = layout_flags();
+    let extra: Vec<&str> = flags.iter().map(String::as_str).collect();
     let lead = Mode::Leader { follower_repl: lp.repl };
     let mut promoted = Node::serving("promoted", lead, &follower.data, fp, &extra).started();
-    let shards: Vec<_> = (0..SHARDS).map(|s| rt.block_on(read_all(&promoted.addr(), &cfg, s))).collect();
+    let shards: Vec<_> = (0..layout().0).map(|s| rt.block_on(read_all(&promoted.addr(), &cfg, s))).collect();
     check_history(&h, &shards);
 
     // The old leader returns as the promoted node's follower: it cuts what it alone had
@@ -308,7 +328,7 @@ fn run(kills: usize) {
     // It joins (each shard's epoch accepted) and catches up before the new load, so
     // that the load's acknowledgements do not wait for a long catch-up.
     let caught_up = |p: &Node, r: &Node| {
-        p.log_text().matches("accepted by the follower").count() == SHARDS as usize
+        p.log_text().matches("accepted by the follower").count() == layout().0 as usize
             && p.metric_sum("corelog_log_end_offset") == r.metric_sum("corelog_log_end_offset")
     };
     let deadline = Instant::now() + Duration::from_secs(120);
@@ -323,7 +343,7 @@ fn run(kills: usize) {
         assert!(Instant::now() < deadline, "old leader did not catch up:\n{}", rejoined.log_text());
         std::thread::sleep(Duration::from_millis(20));
     }
-    let shards: Vec<_> = (0..SHARDS).map(|s| rt.block_on(read_all(&rejoined.addr(), &cfg, s))).collect();
+    let shards: Vec<_> = (0..layout().0).map(|s| rt.block_on(read_all(&rejoined.addr(), &cfg, s))).collect();
     check_history(&h, &shards);
     verify_acked(&after, &shards);
     promoted.kill9();

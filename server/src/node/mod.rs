@@ -431,7 +431,8 @@ fn recovered(
 /// open-file limit leaves after the shards' reserve), logged with how to raise it.
 fn connection_cap(cfg: &ServeConfig, limit: fds::Limit) -> usize {
     let dirs: Vec<PathBuf> = cfg.shards.iter().map(|&id| control::shard_dir(&cfg.data_dir, id)).collect();
-    let reserve = fds::reserve(cfg.shards.len(), fds::count_segments(dirs.iter().map(PathBuf::as_path)));
+    let reserve =
+        fds::reserve(cfg.executors(), cfg.shards.len(), fds::count_segments(dirs.iter().map(PathBuf::as_path)));
     let room = fds::default_max_connections(limit, reserve);
     let max = cfg.max_connections.unwrap_or(room);
     let (line, warn) = fds::cap_line(max, room, limit, reserve, cfg.max_connections.is_some());
