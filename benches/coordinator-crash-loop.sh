@@ -6,6 +6,7 @@
 # read back from the leader, epoch order, Porcupine, and both logs equal. The suite runs
 # the same test with N = 10.
 # Usage: benches/coordinator-crash-loop.sh [N] [SEED]    (output also in target/coordinator-crash-loop.log)
+# Env: CORELOG_CRASH_LAYOUT=L/E runs L shards (≤ 8) on E executors per node (default 2/2).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export CORELOG_COORD_KILLS="${1:-200}"

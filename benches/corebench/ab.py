@@ -36,7 +36,8 @@ Usage: benches/ab.sh OLD_REV NEW_REV [SECONDS=10] [ROUNDS=3]
   CL_INSECURE=1: plaintext on every port; OLD_SHARDS / NEW_SHARDS (CL_SHARDS, both sides):
   logical shards per node, run on the same executors as the default layout (two per node:
   one process with `--executors` = CPUs, or under pair2 two processes of one executor
-  each), e.g. `OLD_SHARDS=2 NEW_SHARDS=16 benches/ab.sh HEAD HEAD`.
+  each; both revisions must know `--executors`), e.g. `OLD_SHARDS=2 NEW_SHARDS=16
+  benches/ab.sh HEAD HEAD`.
 """
 import glob
 import json

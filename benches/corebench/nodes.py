@@ -76,9 +76,11 @@ class Nodes:
         if self.shards is None:
             return ["--shard-count", "2", "--shards", str(s)] if procs == 2 else []
         if procs == 2:
+            assert self.shards >= 2, "two processes need two shards at least"
             mine = ",".join(str(k) for k in range(s, self.shards, 2))
             return ["--shard-count", str(self.shards), "--shards", mine, "--executors", "1"]
-        return ["--shard-count", str(self.shards), "--executors", str(os.cpu_count())]
+        cpus = min(len(os.sched_getaffinity(0)), self.shards)
+        return ["--shard-count", str(self.shards), "--executors", str(cpus)]
 
     def _spawn(self, args, log):
         with open(log, "w") as out:

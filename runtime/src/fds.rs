@@ -10,14 +10,14 @@
 /// watcher, the log and control files opened briefly, and room for the runtime's own.
 pub const PROCESS_FDS: usize = 64;
 
-/// Descriptors of one executor: glommio's three io_uring rings, their eventfds and the
-/// io-wq workers' room.
+/// Descriptors of one executor: glommio's three io_uring rings and their eventfds.
 pub const EXECUTOR_FDS: usize = 16;
 
 /// Descriptors of one shard besides its segment files: the client listener, the
 /// direct-port listener, the replication listener, the replication link (two while one
 /// reconnects), the shard lock, the catch-up reader, the zero-ahead file and the
-/// epoch/control files it rewrites.
+/// epoch/control files it rewrites, the checkpoint files a roll reads (two across a
+/// rebase) and the scrubber's file; a burst past this comes out of `SEGMENT_GROWTH`.
 pub const SHARD_FDS: usize = 16;
 
 /// Segment files a shard may add after start before its reserve is used up: each

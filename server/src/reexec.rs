@@ -15,18 +15,46 @@ pub fn reexec(ctl: &ControlCell, why: &str) -> ! {
 }
 
 /// Stops the data plane (every shard write finished) and re-executes this process with
-/// its arguments: also for a follower seeded by its leader (`replica::seed`), in any mode.
+/// its arguments. From a thread that runs no shard (main, coordinator): it waits
+/// blocking. A shard's executor calls [`stop_and_exec_on_executor`] instead.
 pub fn stop_and_exec(ctl: &ControlCell) -> ! {
     ctl.stop();
-    let until = Instant::now() + Duration::from_secs(5);
-    while ctl.slots.iter().any(|s| s.writing.load(std::sync::atomic::Ordering::SeqCst)) {
+    let until = Instant::now() + WRITES_FINISH_WITHIN;
+    while writing(ctl) {
         if Instant::now() > until {
-            crate::fatal("a shard write did not finish within 5 s of the stop; exiting instead of re-executing");
+            write_did_not_finish();
         }
         std::thread::sleep(Duration::from_millis(1));
     }
     let err = exec_self();
     crate::fatal(&format!("re-exec failed: {err}"))
+}
+
+/// [`stop_and_exec`] from a shard's executor (a follower seeded by its leader, a leader
+/// that learns it lost writes): it waits without blocking the thread, because each
+/// shard's write-in-flight flag is cleared by that shard's own commit loop, and the
+/// other shards this executor runs (`--executors`) must get to theirs.
+pub async fn stop_and_exec_on_executor(ctl: &ControlCell) {
+    ctl.stop();
+    let until = Instant::now() + WRITES_FINISH_WITHIN;
+    while writing(ctl) {
+        if Instant::now() > until {
+            write_did_not_finish();
+        }
+        glommio::timer::sleep(Duration::from_millis(1)).await;
+    }
+    let err = exec_self();
+    crate::fatal(&format!("re-exec failed: {err}"))
+}
+
+const WRITES_FINISH_WITHIN: Duration = Duration::from_secs(5);
+
+fn writing(ctl: &ControlCell) -> bool {
+    ctl.slots.iter().any(|s| s.writing.load(std::sync::atomic::Ordering::SeqCst))
+}
+
+fn write_did_not_finish() -> ! {
+    crate::fatal("a shard write did not finish within 5 s of the stop; exiting instead of re-executing")
 }
 
 /// execv(2) of this binary with this process's arguments and environment — not

@@ -20,30 +20,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::coord::layout;
 use common::*;
 use corelog_client::{Client, ClientConfig, Error, ErrorCode, Expect, Position};
 use rand::{Rng, SeedableRng};
 
 const CONNECTIONS: usize = 8;
 const IN_FLIGHT_PER_CONNECTION: usize = 4;
-/// The layout: `CORELOG_CRASH_LAYOUT=L/E` runs L shards on E executors per node (at most
-/// 8 shards: the test's port blocks); default 2/2, one executor per shard.
-fn layout() -> (u16, u16) {
-    let v = std::env::var("CORELOG_CRASH_LAYOUT").unwrap_or_else(|_| "2/2".into());
-    let (l, e) = v.split_once('/').expect("CORELOG_CRASH_LAYOUT=SHARDS/EXECUTORS");
-    let (l, e): (u16, u16) = (l.parse().expect("shards"), e.parse().expect("executors"));
-    assert!(
-        (1..=8).contains(&l) && (1..=l).contains(&e),
-        "CORELOG_CRASH_LAYOUT={v}: 1..=8 shards on 1..=shards executors"
-    );
-    (l, e)
-}
-
-/// The `serve` flags of the layout.
-fn layout_flags() -> Vec<String> {
-    let (l, e) = layout();
-    vec!["--shard-count".into(), l.to_string(), "--executors".into(), e.to_string()]
-}
 /// Streams the appends spread over: a checkpoint of their heads spans tens of pages.
 const STREAMS: u64 = 3_000;
 
@@ -140,6 +123,16 @@ fn pair(dir: &TempDir) -> (Node, Node) {
     let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
     let p = common::pair::pair(dir, None, &extra);
     (p.leader, p.follower)
+}
+
+/// The `serve` flags of the layout (`CORELOG_CRASH_LAYOUT`).
+fn layout_flags() -> Vec<String> {
+    let (l, e) = layout();
+    let mut f = vec!["--shard-count".to_string(), l.to_string()];
+    if e < l {
+        f.extend(["--executors".to_string(), e.to_string()]);
+    }
+    f
 }
 
 fn ms(rng: &mut impl Rng, lo: u64, hi: u64) -> Duration {

@@ -18,7 +18,7 @@ pub use crate::net::tls::TlsFiles;
 
 mod open;
 
-use open::start_shard;
+use open::{open_claimed, start_links};
 pub use open::{open_shard, Place};
 
 use crate::boot;
@@ -344,36 +344,45 @@ fn spawn_shards(
         // One shard per executor keeps the thread named and pinned by its shard.
         let first = cfg.shards[hosted[0]];
         let name = if hosted.len() == 1 { format!("shard-{first}") } else { format!("exec-{e}") };
-        let ex = LocalExecutorBuilder::new(Placement::Fixed(corelog_runtime::cpus::pick(&cpus, first as usize)))
+        let cpu = corelog_runtime::cpus::pick(&cpus, first as usize);
+        // One blocking thread per hosted shard (all on the executor's CPU, as one shard's
+        // is by default): a shard's checkpoint or index write off the executor does not
+        // queue behind another shard's.
+        let blocking = glommio::CpuSet::online().map_err(|e| format!("list CPUs: {e}"))?.filter(|l| l.cpu == cpu);
+        let ex = LocalExecutorBuilder::new(Placement::Fixed(cpu))
+            .blocking_thread_pool_placement(glommio::PoolPlacement::Custom(vec![blocking; hosted.len()]))
             .name(&name)
             .io_memory(cfg.io_memory)
             // Thousands of armed polls per executor: a deep ring keeps io_uring's
             // cancel hash short (the default 128 cost ~2% CPU at 18k connections).
             .ring_depth(4096)
             .spawn(move || async move {
-                // The executor's shards start one after another; each reports as it is
-                // ready (or failed: the process then ends, see `recovered`).
+                // The executor's shards open one after another, then their links start;
+                // each reports once ready (a failure ends the process, see `recovered`).
                 let mut started = Vec::with_capacity(hosted.len());
                 for slot in hosted {
                     let id = cfg.shards[slot];
                     let place = Place { id, slot, ctl: ctl.clone(), term_epoch };
-                    match start_shard(place, &cfg, repl_server.clone(), repl_client.clone()).await {
-                        Ok((shard, line, ports)) => {
-                            let _ = tx.send(Ok((line, ports.fds())));
-                            started.push((shard, ports));
-                        }
+                    match open_claimed(place, &cfg).await {
+                        Ok(opened) => started.push(opened),
                         Err(e) => {
                             let _ = tx.send(Err(format!("shard {id}: {e}")));
                             return;
                         }
                     }
                 }
+                for (shard, line, ports) in &started {
+                    let r = start_links(shard, &cfg, repl_server.clone(), repl_client.clone());
+                    let _ = tx.send(
+                        r.map(|()| (line.clone(), ports.fds())).map_err(|e| format!("shard {}: {e}", shard.id())),
+                    );
+                }
                 drop(tx);
                 if go_rx.wait_for(|go| *go).await.is_err() {
                     return; // another shard failed: the process is ending
                 }
                 let mut shards = Vec::with_capacity(started.len());
-                for (shard, ports) in started {
+                for (shard, _, ports) in started {
                     ports.accept(&shard, client_tls.clone(), cap.clone());
                     shards.push(shard);
                 }

@@ -34,16 +34,27 @@ impl Place {
     }
 }
 
-pub(super) async fn start_shard(
-    place: Place,
+/// Opens one shard with its client ports claimed (`open_shard`); its replication port
+/// and link start with `start_links`. An executor that runs several shards opens them
+/// all first, so that a shard's start-up (which blocks its executor while it reads its
+/// log) stalls no link or ack of another.
+pub(super) async fn open_claimed(place: Place, cfg: &ServeConfig) -> Result<(Rc<Shard>, String, ClientPorts), String> {
+    // Taken now (a clash is found before recovery), listened on once every shard is ready.
+    let ports = ClientPorts::claim(cfg.listen, place.id)?;
+    let (shard, recovered) = open_shard(place, cfg).await?;
+    let line = format!("{recovered}, direct port {}", ports.direct_addr.port());
+    Ok((shard, line, ports))
+}
+
+/// The replication listener of an opened shard and, on a leader (or a coordinated node
+/// that may come to lead), its link to the follower.
+pub(super) fn start_links(
+    shard: &Rc<Shard>,
     cfg: &ServeConfig,
     repl_server: tls::ServerTls,
     repl_client: tls::ClientTls,
-) -> Result<(Rc<Shard>, String, ClientPorts), String> {
-    let id = place.id;
-    // Taken now (a clash is found before recovery), listened on once every shard is ready.
-    let ports = ClientPorts::claim(cfg.listen, id)?;
-    let (shard, recovered) = open_shard(place, cfg).await?;
+) -> Result<(), String> {
+    let id = shard.id();
     let dir = shard.log().dir().to_path_buf();
     if let Some(base) = cfg.repl_listen {
         let a = port_plus(base, id);
@@ -61,8 +72,7 @@ pub(super) async fn start_shard(
             glommio::spawn_local(leader::run_when_elected(shard.clone(), link)).detach();
         }
     }
-    let line = format!("{recovered}, direct port {}", ports.direct_addr.port());
-    Ok((shard, line, ports))
+    Ok(())
 }
 
 /// Opens one shard on the calling executor, without any port: locks its directory,

@@ -184,7 +184,8 @@ async fn agree(
                 }
                 shard.adopt_epoch(dir, leader_epoch)?;
                 seed::receive(shard, rd, used, first, dir).await?;
-                crate::reexec::stop_and_exec(&shard.cfg().ctl);
+                crate::reexec::stop_and_exec_on_executor(&shard.cfg().ctl).await;
+                unreachable!("re-executed or stopped");
             }
             _ => return Err("expected Welcome".into()),
         };

@@ -97,7 +97,7 @@ pub async fn run_when_elected(shard: Rc<Shard>, cfg: LinkConfig) {
 /// The follower holds records this leader had made durable and no longer has (its
 /// storage dropped writes): mark the shard (it must not lead again before it has them
 /// back), stop acknowledging, and in coordinator mode hand leadership to the follower.
-fn lost_writes(shard: &Shard, cfg: &LinkConfig, why: &str) -> String {
+async fn lost_writes(shard: &Shard, cfg: &LinkConfig, why: &str) -> String {
     let end = shard.log().next_offset();
     if let Err(e) = crate::control::write_repair_mark(&cfg.dir, end) {
         crate::fatal(&format!("shard {}: marking the shard after lost writes: {e}", shard.id()));
@@ -105,7 +105,8 @@ fn lost_writes(shard: &Shard, cfg: &LinkConfig, why: &str) -> String {
     shard.fence(&format!("the follower says this node lost writes ({why})"));
     assert_ne!(shard.role(), Role::Leader, "shard {}: still leading after losing writes", shard.id());
     if shard.cfg().ctl.coordinated() {
-        crate::reexec::reexec(&shard.cfg().ctl, "this node lost writes its follower holds");
+        log::info!("coordinator: this node lost writes its follower holds: re-executing to change role");
+        crate::reexec::stop_and_exec_on_executor(&shard.cfg().ctl).await;
     }
     format!("marked needs-repair from offset {end}: {why}")
 }
@@ -236,7 +237,7 @@ async fn follower_hello(
         }
         Repl::Error { code, message } if code == ErrorCode::Fenced as u16 => Err(fence(shard, message)),
         Repl::Error { code, message } if code == ErrorCode::Diverged as u16 && message.starts_with("LOST WRITES") => {
-            Err(lost_writes(shard, cfg, message))
+            Err(lost_writes(shard, cfg, message).await)
         }
         Repl::Error { code, message } => Err(format!("follower refused: {code} {message}")),
         _ => Err("unexpected frame from follower during handshake".into()),

@@ -51,6 +51,17 @@ pub struct Wiring {
     pub etcd: String,
 }
 
+/// Shards per node and the executors that run them: `CORELOG_CRASH_LAYOUT=L/E` (at most
+/// 8 shards: the port blocks), default 2/2 (one executor per shard).
+pub fn layout() -> (u16, u16) {
+    let v = std::env::var("CORELOG_CRASH_LAYOUT").unwrap_or_else(|_| "2/2".into());
+    let parsed = v.split_once('/').and_then(|(l, e)| Some((l.parse::<u16>().ok()?, e.parse::<u16>().ok()?)));
+    match parsed {
+        Some((l, e)) if (1..=8).contains(&l) && (1..=l).contains(&e) => (l, e),
+        _ => panic!("CORELOG_CRASH_LAYOUT={v}: give SHARDS/EXECUTORS, 1..=8 shards on 1..=shards executors"),
+    }
+}
+
 /// Node `i` (0: `a`, 1: `b`) of the pair, data in `dir/<id>`.
 fn coord_args(cluster: &str, dir: &Path, certs: &Path, i: usize, w: &Wiring) -> Vec<String> {
     let (id, peer, cert) = [("a", "b", "server"), ("b", "a", "follower")][i];
@@ -81,7 +92,7 @@ fn coord_args(cluster: &str, dir: &Path, certs: &Path, i: usize, w: &Wiring) -> 
         "--metrics-listen",
         &listen(w.ports.metrics),
         "--shard-count",
-        "2",
+        &layout().0.to_string(),
         "--segment-bytes",
         &(4u64 << 20).to_string(),
         "--cert",
@@ -93,7 +104,19 @@ fn coord_args(cluster: &str, dir: &Path, certs: &Path, i: usize, w: &Wiring) -> 
     ]
     .iter()
     .map(|s| s.to_string())
+    .chain(executors_flag())
     .collect()
+}
+
+/// `--executors E` when the layout shares executors (older builds, which the upgrade
+/// test runs, do not know the flag: one executor per shard needs none).
+fn executors_flag() -> Vec<String> {
+    let (l, e) = layout();
+    if e < l {
+        vec!["--executors".into(), e.to_string()]
+    } else {
+        Vec::new()
+    }
 }
 
 /// Like `common::ports`, but below the kernel's ephemeral range: these nodes re-bind
