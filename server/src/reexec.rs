@@ -14,6 +14,12 @@ pub fn reexec(ctl: &ControlCell, why: &str) -> ! {
     stop_and_exec(ctl)
 }
 
+/// [`reexec`] from a shard's executor (a leader that learns it lost writes).
+pub async fn reexec_on_executor(ctl: &ControlCell, why: &str) {
+    log::info!("coordinator: {why}: re-executing to change role");
+    stop_and_exec_on_executor(ctl).await
+}
+
 /// Stops the data plane (every shard write finished) and re-executes this process with
 /// its arguments. From a thread that runs no shard (main, coordinator): it waits
 /// blocking. A shard's executor calls [`stop_and_exec_on_executor`] instead.

@@ -26,33 +26,20 @@ fn threads(pid: u32, prefix: &str) -> Vec<String> {
     out
 }
 
-/// `per_shard` connections on each shard's direct port, `per_conn` appends each; every
-/// acknowledgement goes into `acked`. Returns the connections that failed.
+/// `per_shard` connections on each shard's direct port at once, `per_conn` appends each;
+/// every acknowledgement goes into `acked`. Returns the connections that failed.
 async fn load_every_shard(addr: &str, per_shard: usize, per_conn: usize, tag: &str, acked: &Acked) -> usize {
-    let mut tasks = Vec::new();
-    for shard in 0..SHARDS {
-        for c in 0..per_shard {
-            let (addr, acked, tag) = (addr.to_string(), acked.clone(), tag.to_string());
-            tasks.push(tokio::spawn(async move {
-                let Ok(client) = Client::connect_shard(&addr, shard, &client_config(None)).await else { return 1 };
-                for i in 0..per_conn {
-                    let payload = format!("{tag}-s{shard}-c{c}-i{i}-{}", rand::random::<u64>()).into_bytes();
-                    match client.append(&payload).await {
-                        Ok(pos) => {
-                            assert_eq!(pos.shard, shard, "an append on shard {shard}'s direct port landed elsewhere");
-                            let prev = acked.lock().unwrap().insert(pos, payload);
-                            assert!(prev.is_none(), "position {pos:?} acknowledged twice");
-                        }
-                        Err(_) => return 1,
-                    }
-                }
-                0
-            }));
-        }
-    }
+    let loads: Vec<_> = (0..SHARDS)
+        .map(|shard| {
+            let (addr, acked, tag) = (addr.to_string(), acked.clone(), format!("{tag}-s{shard}"));
+            tokio::spawn(async move {
+                load_to((&addr, Some(shard)), &client_config(None), per_shard, per_conn, &tag, 0, &acked).await
+            })
+        })
+        .collect();
     let mut failed = 0;
-    for t in tasks {
-        failed += t.await.unwrap();
+    for l in loads {
+        failed += l.await.unwrap();
     }
     failed
 }

@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::coord::layout;
+use common::coord::{layout, layout_flags};
 use common::*;
 use corelog_client::{Client, ClientConfig, Error, ErrorCode, Expect, Position};
 use rand::{Rng, SeedableRng};
@@ -123,16 +123,6 @@ fn pair(dir: &TempDir) -> (Node, Node) {
     let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
     let p = common::pair::pair(dir, None, &extra);
     (p.leader, p.follower)
-}
-
-/// The `serve` flags of the layout (`CORELOG_CRASH_LAYOUT`).
-fn layout_flags() -> Vec<String> {
-    let (l, e) = layout();
-    let mut f = vec!["--shard-count".to_string(), l.to_string()];
-    if e < l {
-        f.extend(["--executors".to_string(), e.to_string()]);
-    }
-    f
 }
 
 fn ms(rng: &mut impl Rng, lo: u64, hi: u64) -> Duration {

@@ -105,8 +105,7 @@ async fn lost_writes(shard: &Shard, cfg: &LinkConfig, why: &str) -> String {
     shard.fence(&format!("the follower says this node lost writes ({why})"));
     assert_ne!(shard.role(), Role::Leader, "shard {}: still leading after losing writes", shard.id());
     if shard.cfg().ctl.coordinated() {
-        log::info!("coordinator: this node lost writes its follower holds: re-executing to change role");
-        crate::reexec::stop_and_exec_on_executor(&shard.cfg().ctl).await;
+        crate::reexec::reexec_on_executor(&shard.cfg().ctl, "this node lost writes its follower holds").await;
     }
     format!("marked needs-repair from offset {end}: {why}")
 }

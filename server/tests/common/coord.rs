@@ -91,8 +91,6 @@ fn coord_args(cluster: &str, dir: &Path, certs: &Path, i: usize, w: &Wiring) -> 
         "1",
         "--metrics-listen",
         &listen(w.ports.metrics),
-        "--shard-count",
-        &layout().0.to_string(),
         "--segment-bytes",
         &(4u64 << 20).to_string(),
         "--cert",
@@ -104,19 +102,20 @@ fn coord_args(cluster: &str, dir: &Path, certs: &Path, i: usize, w: &Wiring) -> 
     ]
     .iter()
     .map(|s| s.to_string())
-    .chain(executors_flag())
+    .chain(layout_flags())
     .collect()
 }
 
-/// `--executors E` when the layout shares executors (older builds, which the upgrade
-/// test runs, do not know the flag: one executor per shard needs none).
-fn executors_flag() -> Vec<String> {
+/// The `serve` flags of the layout: `--shard-count L`, and `--executors E` only when the
+/// layout shares executors (older builds, which the upgrade test runs, do not know the
+/// flag: one executor per shard needs none).
+pub fn layout_flags() -> Vec<String> {
     let (l, e) = layout();
+    let mut f = vec!["--shard-count".to_string(), l.to_string()];
     if e < l {
-        vec!["--executors".into(), e.to_string()]
-    } else {
-        Vec::new()
+        f.extend(["--executors".to_string(), e.to_string()]);
     }
+    f
 }
 
 /// Like `common::ports`, but below the kernel's ephemeral range: these nodes re-bind

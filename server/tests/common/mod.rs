@@ -190,11 +190,29 @@ pub async fn load_sized(
     min_bytes: usize,
     acked: &Acked,
 ) -> usize {
+    load_to((addr, None), cfg, conns, per_conn, tag, min_bytes, acked).await
+}
+
+/// `load_sized` through the shared client port (`shard` None) or shard `s`'s direct port
+/// (`Some(s)`: every append must land on `s`).
+pub async fn load_to(
+    (addr, shard): (&str, Option<u16>),
+    cfg: &ClientConfig,
+    conns: usize,
+    per_conn: usize,
+    tag: &str,
+    min_bytes: usize,
+    acked: &Acked,
+) -> usize {
     let mut tasks = Vec::new();
     for c in 0..conns {
         let (addr, cfg, acked, tag) = (addr.to_string(), cfg.clone(), acked.clone(), tag.to_string());
         tasks.push(tokio::spawn(async move {
-            let Ok(client) = Client::connect(&addr, &cfg).await else { return 1 };
+            let client = match shard {
+                None => Client::connect(&addr, &cfg).await,
+                Some(s) => Client::connect_shard(&addr, s, &cfg).await,
+            };
+            let Ok(client) = client else { return 1 };
             for i in 0..per_conn {
                 let mut payload = format!("{tag}-c{c}-i{i}-{}-", rand::random::<u64>()).into_bytes();
                 if payload.len() < min_bytes {
@@ -202,6 +220,10 @@ pub async fn load_sized(
                 }
                 match client.append(&payload).await {
                     Ok(pos) => {
+                        assert!(
+                            shard.is_none_or(|s| s == pos.shard),
+                            "an append on {shard:?}'s direct port landed at {pos:?}"
+                        );
                         let prev = acked.lock().unwrap().insert(pos, payload);
                         assert!(prev.is_none(), "position {pos:?} acknowledged twice");
                     }
